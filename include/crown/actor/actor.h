@@ -1,0 +1,70 @@
+// crown::Actor: a unit of state with typed message handlers. A Proc runs
+// each actor on its executor, one message at a time, in arrival order
+// (ORD-1); different actors of one process may run at the same time. A
+// handler may block (on a call to another actor, say); it then holds one of
+// the executor's threads (CROWN_ACTOR_THREADS, default 4).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+
+#include "crown/actor/future.h"
+#include "crown/wire/envelope.h"
+#include "crown/wire/serialize.h"
+
+namespace crown {
+
+using wire::ActorId;
+
+class Proc;
+
+namespace detail {
+/// A handler's outcome on the wire: the reply's type name and bytes.
+struct HandlerResult {
+  std::string type;
+  wire::Bytes payload;
+};
+using Handler = std::function<HandlerResult(const wire::Bytes&)>;
+struct ActorAccess;
+}  // namespace detail
+
+class Actor {
+ public:
+  Actor() = default;
+  virtual ~Actor() = default;
+  Actor(const Actor&) = delete;
+  Actor& operator=(const Actor&) = delete;
+
+  /// This actor's address; set before any handler runs (not in the constructor).
+  const ActorId& id() const { return id_; }
+  const std::string& name() const { return name_; }
+  Rank rank() const { return id_.rank; }
+
+ protected:
+  /// Registers the handler of message type Msg: `fn(const Msg&)` returns the
+  /// reply (any serializable type) or nothing. An exception thrown by `fn`
+  /// fails that request only; the caller gets crown::RemoteError.
+  template <class Msg, class Fn>
+  void handle(Fn fn) {
+    handlers_[wire::messageName<Msg>()] = [fn = std::move(fn)](const wire::Bytes& in) mutable {
+      Msg message = wire::fromBytes<Msg>(in);
+      using R = std::decay_t<std::invoke_result_t<Fn&, const Msg&>>;
+      if constexpr (std::is_void_v<R>) {
+        fn(message);
+        return detail::HandlerResult{wire::messageName<detail::Unit>(), {}};
+      } else {
+        return detail::HandlerResult{wire::messageName<R>(), wire::toBytes(fn(message))};
+      }
+    };
+  }
+
+ private:
+  friend struct detail::ActorAccess;
+  std::unordered_map<std::string, detail::Handler> handlers_;
+  ActorId id_;
+  std::string name_;
+};
+
+}  // namespace crown

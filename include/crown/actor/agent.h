@@ -1,0 +1,35 @@
+// Messages of the proc agent (local id 1 on every rank): the controller's
+// handle on a process. SpawnActor lives in spawn.h.
+#pragma once
+
+#include <cstdint>
+
+#include "crown/common/error.h"
+
+namespace crown::agent {
+
+/// Replies with the rank: proves the path to a process works.
+struct Ping {
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+
+/// Stops one actor of that process.
+struct StopActor {
+  std::uint64_t local = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& local;
+  }
+};
+
+/// The controller is done: the process leaves its serve loop and exits with `code`.
+struct Shutdown {
+  int code = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& code;
+  }
+};
+
+}  // namespace crown::agent

@@ -1,0 +1,123 @@
+// Proc: the per-process runtime. It hosts this rank's actors (mailboxes on
+// an executor of CROWN_ACTOR_THREADS threads), routes messages (in-process
+// when the destination is local, else over the Transport), and tracks the
+// requests waiting for replies. Thread-safe: any thread may send or request.
+//
+// Every Proc also hosts the proc agent (local id 1), which spawns actors by
+// registered type, stops them, and takes the controller's Shutdown.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "crown/actor/actor.h"
+#include "crown/actor/future.h"
+#include "crown/transport/transport.h"
+
+namespace crown {
+
+namespace detail {
+/// How a request ended, before the reply is decoded into its type.
+struct Outcome {
+  std::exception_ptr error;  ///< set on failure
+  std::string type;          ///< reply type name
+  wire::Bytes payload;
+};
+using Completion = std::function<void(Outcome&&)>;
+
+/// Decodes an Outcome into a Future<R>'s state.
+template <class R>
+void completeFuture(FutureState<R>& state, Outcome&& outcome) {
+  if (outcome.error) return state.setError(outcome.error);
+  using S = Stored<R>;
+  if (outcome.type != wire::messageName<S>()) {
+    return state.setError(std::make_exception_ptr(
+        ProtocolError("reply of type " + outcome.type + " where " + wire::messageName<S>() +
+                      " was expected: check the reply type given to call<R>()")));
+  }
+  if constexpr (std::is_void_v<R>) return state.setValue(Unit{});  // nothing to decode
+  try {
+    state.setValue(wire::fromBytes<S>(outcome.payload));
+  } catch (...) {
+    state.setError(std::current_exception());
+  }
+}
+}  // namespace detail
+
+constexpr std::uint64_t kAgentLocalId = 1;
+
+class Proc {
+ public:
+  struct Options {
+    Rank rank = 0;
+    Rank size = 1;
+    std::vector<std::string> hosts;  ///< host name of every rank
+    int actorThreads = 4;
+  };
+
+  /// Starts serving: the transport is started with `peers` (every rank's endpoint).
+  Proc(Options options, std::unique_ptr<transport::Transport> transport,
+       std::vector<transport::Endpoint> peers);
+  ~Proc();
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+
+  /// The Proc of this process; throws crown::Error before bootstrap.
+  static Proc& current();
+
+  Rank rank() const;
+  Rank size() const;
+  const std::string& host(Rank rank) const;
+  bool alive(Rank rank) const;
+
+  /// Sends `message` to `dest` and returns the future of its reply.
+  template <class R, class Msg>
+  Future<R> request(const ActorId& dest, const Msg& message) {
+    auto state = std::make_shared<detail::FutureState<R>>();
+    auto id = requestRaw(dest, wire::messageName<Msg>(), wire::toBytes(message),
+                         [state](detail::Outcome&& outcome) {
+                           detail::completeFuture<R>(*state, std::move(outcome));
+                         });
+    state->setCanceller([this, id] { cancelRequest(id); });
+    return Future<R>(state);
+  }
+
+  /// Fire and forget.
+  template <class Msg>
+  void send(const ActorId& dest, const Msg& message) {
+    sendRaw(dest, wire::messageName<Msg>(), wire::toBytes(message));
+  }
+
+  /// Hosts `actor` on this rank under `name`.
+  ActorId spawnLocal(std::unique_ptr<Actor> actor, std::string name);
+  /// Stops a local actor after the message it is handling; later messages fail with ActorStopped.
+  void stopLocal(std::uint64_t local);
+
+  /// Called (on the io thread) when a peer is lost, after its requests have failed.
+  void setPeerLostHandler(std::function<void(Rank, const std::string&)> handler);
+
+  /// Marks this process as shutting down with `code` (the first call wins)
+  /// and wakes waitForShutdown(). Links lost after this are expected.
+  void requestShutdown(int code);
+  /// True when a peer was lost before shutdown began.
+  bool lostPeerBeforeShutdown() const;
+  /// Blocks until requestShutdown; returns its code.
+  int waitForShutdown();
+  /// Lets running handlers finish, then flushes and closes the transport.
+  void stop(std::chrono::milliseconds flushTimeout);
+
+  // Untyped layer under request()/send().
+  std::uint64_t requestRaw(const ActorId& dest, std::string type, wire::Bytes payload,
+                           detail::Completion complete);
+  void sendRaw(const ActorId& dest, std::string type, wire::Bytes payload);
+  void cancelRequest(std::uint64_t requestId);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crown

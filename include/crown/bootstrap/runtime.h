@@ -1,0 +1,61 @@
+// Runtime: what crown sets up in every process of an SPMD launch (design.md,
+// "Process model"): MPI (or the MPI mpi4py already initialised), the
+// topology, the job secret, the authenticated TCP fabric, and this rank's
+// Proc. After bootstrap only the MPI service thread calls MPI (THR-1): other
+// code reaches MPI through onMpiThread().
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "crown/actor/proc.h"
+
+namespace crown {
+
+struct Topology {
+  Rank rank = 0;
+  Rank size = 1;
+  int hostIndex = 0;  ///< index of this rank's host, in order of first appearance by rank
+  int hostCount = 1;
+  int localRank = 0;  ///< rank among the processes of this host
+  int localSize = 1;
+  std::vector<std::string> hostNames;  ///< host name of every rank
+  std::vector<int> hostIndexOf;        ///< host index of every rank
+};
+
+class Runtime {
+ public:
+  /// Bootstraps this process. Collective over MPI_COMM_WORLD: every rank must
+  /// call it. Throws BootstrapError, with the same message on every rank,
+  /// naming the rank and cause, when any rank fails.
+  static Runtime& init(int* argc, char*** argv);
+  /// The runtime of this process; throws crown::Error before init.
+  static Runtime& current();
+
+  const Topology& topology() const { return topology_; }
+  Proc& proc() { return *proc_; }
+  /// This rank's TCP endpoint ("address:port").
+  std::string endpoint() const;
+
+  /// Runs `fn` on the MPI service thread and waits for it (THR-1).
+  void onMpiThread(std::function<void()> fn);
+
+  /// Stops actors, flushes links, finalises MPI if crown initialised it. Bounded:
+  /// past CROWN_SHUTDOWN_TIMEOUT_MS (default 30000) the process exits with `code`.
+  void finish(int code);
+
+  ~Runtime();
+
+ private:
+  Runtime();
+  struct Mpi;
+  std::unique_ptr<Mpi> mpi_;
+  Topology topology_;
+  std::string endpoint_;
+  std::unique_ptr<Proc> proc_;
+};
+
+}  // namespace crown

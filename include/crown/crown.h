@@ -1,0 +1,11 @@
+// crown: everything a program needs, in one include.
+#pragma once
+
+#include "crown/actor/actor.h"
+#include "crown/actor/future.h"
+#include "crown/actor/ref.h"
+#include "crown/actor/spawn.h"
+#include "crown/bootstrap/controller.h"
+#include "crown/bootstrap/runtime.h"
+#include "crown/common/error.h"
+#include "crown/config.h"

@@ -1,0 +1,50 @@
+// The envelope: who sends what to whom. Encoded by hand (fixed-width
+// little-endian fields plus one length-prefixed type name) because it is on
+// every message's path; decoding validates every length against the buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "crown/common/error.h"
+
+namespace crown::wire {
+
+/// An actor's address: the rank of its process and its id inside that process.
+struct ActorId {
+  Rank rank = 0;
+  std::uint64_t local = 0;
+
+  friend bool operator==(const ActorId&, const ActorId&) = default;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& rank& local;
+  }
+};
+
+std::string toString(const ActorId& id);
+
+enum class MessageKind : std::uint8_t {
+  kOneWay = 0,   ///< no reply expected
+  kRequest = 1,  ///< a reply or a failure goes back to sender with requestId
+  kReply = 2,    ///< payload is the handler's result
+  kFailure = 3,  ///< payload is a RemoteFailure
+};
+
+struct Envelope {
+  MessageKind kind = MessageKind::kOneWay;
+  ActorId sender;
+  ActorId dest;
+  std::uint64_t requestId = 0;
+  std::string type;  ///< registered message type name
+};
+
+std::size_t encodedSize(const Envelope& envelope);
+/// Writes exactly encodedSize(envelope) bytes.
+void encodeEnvelope(const Envelope& envelope, std::byte* out);
+/// Throws ProtocolError when the bytes are not exactly one valid envelope.
+Envelope decodeEnvelope(const std::byte* in, std::size_t size);
+
+}  // namespace crown::wire

@@ -1,0 +1,424 @@
+#include "crown/actor/proc.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "actor/executor.h"
+#include "actor/proc_agent.h"
+#include "crown/common/log.h"
+
+namespace crown {
+
+namespace detail {
+struct ActorAccess {
+  static void bind(Actor& actor, ActorId id, std::string name) {
+    actor.id_ = id;
+    actor.name_ = std::move(name);
+  }
+  static const Handler* find(Actor& actor, const std::string& type) {
+    auto it = actor.handlers_.find(type);
+    return it == actor.handlers_.end() ? nullptr : &it->second;
+  }
+};
+}  // namespace detail
+
+namespace {
+
+using detail::Outcome;
+using transport::OutMessage;
+using wire::Envelope;
+using wire::MessageKind;
+
+constexpr int kDrainBatch = 64;  // messages per turn before an actor yields its thread
+
+Proc* g_proc = nullptr;
+thread_local Actor* t_currentActor = nullptr;
+
+/// A handler's exception as it travels back to the caller.
+struct RemoteFailure {
+  std::uint8_t category = 0;  // 0: handler raised, 1: no such actor
+  std::string type;
+  std::string message;
+  std::string actor;
+  Rank rank = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& category& type& message& actor& rank;
+  }
+};
+
+std::exception_ptr toException(const RemoteFailure& failure) {
+  if (failure.category == 1) return std::make_exception_ptr(ActorStopped(failure.message));
+  return std::make_exception_ptr(RemoteError(failure.type, failure.message, failure.rank, failure.actor));
+}
+
+struct Delivery {
+  Envelope envelope;
+  wire::Bytes payload;
+};
+
+// One hosted actor and its mailbox. `scheduled` is true while a drain task
+// for it is queued or running, so at most one thread runs it (ORD-1).
+struct Cell {
+  std::unique_ptr<Actor> actor;
+  std::mutex mutex;
+  std::deque<Delivery> mailbox;
+  bool scheduled = false;
+};
+
+struct Pending {
+  Rank dest = 0;
+  detail::Completion complete;
+};
+
+}  // namespace
+
+struct Proc::Impl {
+  Proc& self;
+  Options options;
+  std::unique_ptr<transport::Transport> transport;
+  detail::Executor executor;
+
+  std::mutex actorsMutex;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> actors;
+  std::atomic<std::uint64_t> nextLocal{kAgentLocalId + 1};
+
+  // Guards pending and lost together, so a request is either registered
+  // before its peer is marked lost (and failed by the sweep) or sees the mark.
+  std::mutex pendingMutex;
+  std::unordered_map<std::uint64_t, Pending> pending;
+  std::vector<bool> lost;
+  std::atomic<std::uint64_t> nextRequest{1};
+
+  std::mutex shutdownMutex;
+  std::condition_variable shutdownCv;
+  std::optional<int> shutdownCode;
+  std::atomic<bool> unexpectedLoss{false};
+  std::function<void(Rank, const std::string&)> peerLostHandler;
+
+  Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
+      : self(proc), options(std::move(opts)), transport(std::move(t)), executor(options.actorThreads) {
+    lost.assign(options.size, false);
+  }
+
+  ActorId host(std::unique_ptr<Actor> actor, std::uint64_t local, std::string name) {
+    CROWN_CHECK(actor != nullptr, "spawnLocal of a null actor");
+    ActorId id{options.rank, local};
+    detail::ActorAccess::bind(*actor, id, std::move(name));
+    auto cell = std::make_shared<Cell>();
+    cell->actor = std::move(actor);
+    std::lock_guard lock(actorsMutex);
+    actors.emplace(local, std::move(cell));
+    return id;
+  }
+
+  ActorId senderId() const {
+    return t_currentActor ? t_currentActor->id() : ActorId{options.rank, 0};
+  }
+
+  std::exception_ptr lostError(Rank rank, const std::string& reason) const {
+    const std::string& host = rank < options.hosts.size() ? options.hosts[rank] : std::string();
+    return std::make_exception_ptr(ProcessLost(rank, host, reason));
+  }
+
+  void route(OutMessage message) {
+    Rank to = message.envelope.dest.rank;
+    if (to == options.rank) {
+      deliver(std::move(message.envelope), std::move(message.payload));
+      return;
+    }
+    if (to >= options.size) {
+      failMessage(message, std::make_exception_ptr(ConfigError(
+                               "rank " + std::to_string(to) + " does not exist (size " +
+                               std::to_string(options.size) + ")")));
+      return;
+    }
+    transport->send(to, std::move(message));
+  }
+
+  void failMessage(const OutMessage& message, std::exception_ptr error) {
+    if (message.envelope.kind == MessageKind::kRequest) failPending(message.envelope.requestId, error);
+  }
+
+  void failPending(std::uint64_t id, std::exception_ptr error) {
+    detail::Completion complete;
+    {
+      std::lock_guard lock(pendingMutex);
+      auto it = pending.find(id);
+      if (it == pending.end()) return;
+      complete = std::move(it->second.complete);
+      pending.erase(it);
+    }
+    complete(Outcome{error, {}, {}});
+  }
+
+  // io thread (remote) or the sender's thread (local).
+  void deliver(Envelope&& envelope, wire::Bytes&& payload) {
+    switch (envelope.kind) {
+      case MessageKind::kReply:
+      case MessageKind::kFailure:
+        completeRequest(std::move(envelope), std::move(payload));
+        return;
+      case MessageKind::kRequest:
+      case MessageKind::kOneWay:
+        break;
+    }
+    std::shared_ptr<Cell> cell;
+    {
+      std::lock_guard lock(actorsMutex);
+      auto it = actors.find(envelope.dest.local);
+      if (it != actors.end()) cell = it->second;
+    }
+    if (!cell) {
+      std::string why = "no actor " + wire::toString(envelope.dest) + " (never spawned, or stopped)";
+      if (envelope.kind == MessageKind::kRequest) {
+        replyFailure(envelope, RemoteFailure{1, "crown::ActorStopped", why, "", options.rank});
+      } else {
+        log::get().warn("dropped a {} message: {}", envelope.type, why);
+      }
+      return;
+    }
+    bool schedule = false;
+    {
+      std::lock_guard lock(cell->mutex);
+      cell->mailbox.push_back({std::move(envelope), std::move(payload)});
+      schedule = !std::exchange(cell->scheduled, true);
+    }
+    if (schedule) executor.post([this, cell] { drain(cell); });
+  }
+
+  void completeRequest(Envelope&& envelope, wire::Bytes&& payload) {
+    detail::Completion complete;
+    {
+      std::lock_guard lock(pendingMutex);
+      auto it = pending.find(envelope.requestId);
+      if (it == pending.end()) return;  // cancelled (timed out): the late reply is dropped
+      complete = std::move(it->second.complete);
+      pending.erase(it);
+    }
+    if (envelope.kind == MessageKind::kReply) {
+      complete(Outcome{nullptr, std::move(envelope.type), std::move(payload)});
+      return;
+    }
+    std::exception_ptr error;
+    try {
+      error = toException(wire::fromBytes<RemoteFailure>(payload));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    complete(Outcome{error, {}, {}});
+  }
+
+  void drain(const std::shared_ptr<Cell>& cell) {
+    for (int i = 0; i < kDrainBatch; ++i) {
+      Delivery delivery;
+      {
+        std::lock_guard lock(cell->mutex);
+        if (cell->mailbox.empty()) {
+          cell->scheduled = false;
+          return;
+        }
+        delivery = std::move(cell->mailbox.front());
+        cell->mailbox.pop_front();
+      }
+      run(*cell->actor, delivery);
+    }
+    executor.post([this, cell] { drain(cell); });  // yield the thread to other actors
+  }
+
+  void run(Actor& actor, Delivery& delivery) {
+    const Envelope& envelope = delivery.envelope;
+    Actor* outer = std::exchange(t_currentActor, &actor);
+    std::optional<detail::HandlerResult> result;
+    RemoteFailure failure{0, "", "", actor.name(), options.rank};
+    try {
+      const detail::Handler* handler = detail::ActorAccess::find(actor, envelope.type);
+      if (!handler) {
+        throw Error("actor '" + actor.name() + "' (" + wire::demangle(typeid(actor).name()) +
+                    ") has no handler for message type " + envelope.type);
+      }
+      result = (*handler)(delivery.payload);
+    } catch (const std::exception& e) {
+      failure.type = wire::demangle(typeid(e).name());
+      failure.message = e.what();
+    } catch (...) {
+      failure.type = "unknown exception";
+      failure.message = "a handler threw something that is not a std::exception";
+    }
+    t_currentActor = outer;
+    if (envelope.kind != MessageKind::kRequest) {
+      if (!result) {
+        log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(), envelope.type,
+                         failure.type, failure.message);
+      }
+      return;
+    }
+    if (result) {
+      reply(envelope, MessageKind::kReply, std::move(result->type), std::move(result->payload));
+    } else {
+      replyFailure(envelope, failure);
+    }
+  }
+
+  void reply(const Envelope& request, MessageKind kind, std::string type, wire::Bytes payload) {
+    Envelope envelope{kind, request.dest, request.sender, request.requestId, std::move(type)};
+    route({std::move(envelope), std::move(payload)});
+  }
+
+  void replyFailure(const Envelope& request, const RemoteFailure& failure) {
+    reply(request, MessageKind::kFailure, "crown::RemoteFailure", wire::toBytes(failure));
+  }
+
+  // io thread
+  void onPeerLost(Rank peer, const std::string& reason) {
+    std::vector<detail::Completion> failed;
+    {
+      std::lock_guard lock(pendingMutex);
+      lost[peer] = true;
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second.dest == peer) {
+          failed.push_back(std::move(it->second.complete));
+          it = pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    bool shuttingDown = false;
+    {
+      std::lock_guard lock(shutdownMutex);
+      shuttingDown = shutdownCode.has_value();
+    }
+    if (!shuttingDown) {
+      unexpectedLoss = true;
+      log::get().warn("lost rank {}: {}", peer, reason);
+    }
+    auto error = lostError(peer, reason);
+    for (auto& complete : failed) complete(Outcome{error, {}, {}});
+    if (peerLostHandler) peerLostHandler(peer, reason);
+  }
+};
+
+Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
+           std::vector<transport::Endpoint> peers)
+    : impl_(std::make_unique<Impl>(*this, std::move(options), std::move(transport))) {
+  CROWN_CHECK(g_proc == nullptr, "one crown::Proc per process");
+  impl_->host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
+  transport::TransportCallbacks callbacks;
+  callbacks.onMessage = [impl = impl_.get()](Rank, wire::Envelope&& envelope, wire::Bytes&& payload) {
+    impl->deliver(std::move(envelope), std::move(payload));
+  };
+  callbacks.onSendFailed = [impl = impl_.get()](Rank to, OutMessage&& message, const std::string& reason) {
+    impl->failMessage(message, impl->lostError(to, reason));
+  };
+  callbacks.onPeerLost = [impl = impl_.get()](Rank peer, const std::string& reason) {
+    impl->onPeerLost(peer, reason);
+  };
+  impl_->transport->start(std::move(peers), std::move(callbacks));
+  g_proc = this;
+}
+
+Proc::~Proc() {
+  stop(std::chrono::milliseconds(0));
+  g_proc = nullptr;
+}
+
+Proc& Proc::current() {
+  if (g_proc == nullptr) throw Error("crown is not initialised in this process: call crown::run first");
+  return *g_proc;
+}
+
+Rank Proc::rank() const { return impl_->options.rank; }
+Rank Proc::size() const { return impl_->options.size; }
+
+const std::string& Proc::host(Rank rank) const { return impl_->options.hosts.at(rank); }
+
+bool Proc::alive(Rank rank) const {
+  std::lock_guard lock(impl_->pendingMutex);
+  return rank < impl_->lost.size() && !impl_->lost[rank];
+}
+
+std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Bytes payload,
+                               detail::Completion complete) {
+  auto id = impl_->nextRequest.fetch_add(1);
+  std::exception_ptr refused;
+  {
+    std::lock_guard lock(impl_->pendingMutex);
+    if (dest.rank < impl_->lost.size() && impl_->lost[dest.rank]) {
+      refused = impl_->lostError(dest.rank, "lost earlier");
+    } else {
+      impl_->pending.emplace(id, Pending{dest.rank, std::move(complete)});
+    }
+  }
+  if (refused) {
+    complete(Outcome{refused, {}, {}});
+    return id;
+  }
+  Envelope envelope{MessageKind::kRequest, impl_->senderId(), dest, id, std::move(type)};
+  impl_->route({std::move(envelope), std::move(payload)});
+  return id;
+}
+
+void Proc::sendRaw(const ActorId& dest, std::string type, wire::Bytes payload) {
+  Envelope envelope{MessageKind::kOneWay, impl_->senderId(), dest, 0, std::move(type)};
+  impl_->route({std::move(envelope), std::move(payload)});
+}
+
+void Proc::cancelRequest(std::uint64_t requestId) {
+  std::lock_guard lock(impl_->pendingMutex);
+  impl_->pending.erase(requestId);
+}
+
+ActorId Proc::spawnLocal(std::unique_ptr<Actor> actor, std::string name) {
+  return impl_->host(std::move(actor), impl_->nextLocal.fetch_add(1), std::move(name));
+}
+
+void Proc::stopLocal(std::uint64_t local) {
+  CROWN_CHECK(local != kAgentLocalId, "the proc agent cannot be stopped");
+  std::lock_guard lock(impl_->actorsMutex);
+  impl_->actors.erase(local);  // a running handler keeps its cell alive until it returns
+}
+
+void Proc::setPeerLostHandler(std::function<void(Rank, const std::string&)> handler) {
+  impl_->peerLostHandler = std::move(handler);
+}
+
+void Proc::requestShutdown(int code) {
+  {
+    std::lock_guard lock(impl_->shutdownMutex);
+    if (impl_->shutdownCode) return;
+    impl_->shutdownCode = code;
+  }
+  impl_->shutdownCv.notify_all();
+}
+
+bool Proc::lostPeerBeforeShutdown() const { return impl_->unexpectedLoss; }
+
+int Proc::waitForShutdown() {
+  std::unique_lock lock(impl_->shutdownMutex);
+  impl_->shutdownCv.wait(lock, [this] { return impl_->shutdownCode.has_value(); });
+  return *impl_->shutdownCode;
+}
+
+void Proc::stop(std::chrono::milliseconds flushTimeout) {
+  {
+    std::lock_guard lock(impl_->shutdownMutex);
+    if (!impl_->shutdownCode) impl_->shutdownCode = 0;
+  }
+  impl_->executor.stop();
+  impl_->transport->stop(flushTimeout);
+  std::vector<detail::Completion> orphans;
+  {
+    std::lock_guard lock(impl_->pendingMutex);
+    for (auto& [id, pending] : impl_->pending) orphans.push_back(std::move(pending.complete));
+    impl_->pending.clear();
+  }
+  auto error = std::make_exception_ptr(Error("crown is shutting down"));
+  for (auto& complete : orphans) complete(Outcome{error, {}, {}});
+}
+
+}  // namespace crown

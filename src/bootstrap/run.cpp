@@ -1,0 +1,71 @@
+#include <cstdio>
+#include <iostream>
+
+#include "crown/actor/agent.h"
+#include "crown/bootstrap/controller.h"
+#include "crown/common/env.h"
+#include "crown/common/log.h"
+
+namespace crown {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Tells every live worker to exit with `code` and waits for their acks, so
+// that none is still serving when rank 0 finalises.
+void shutDownWorkers(Proc& proc, int code) {
+  std::vector<Future<void>> acks;
+  for (Rank r = 1; r < proc.size(); ++r) {
+    if (proc.alive(r)) acks.push_back(proc.request<void>({r, kAgentLocalId}, agent::Shutdown{code}));
+  }
+  auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s);
+  for (auto& ack : acks) {
+    try {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      ack.get(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const ProcessLost&) {
+      // gone already: nothing to shut down
+    } catch (const std::exception& e) {
+      log::get().warn("a worker did not acknowledge shutdown: {}", e.what());
+    }
+  }
+}
+
+}  // namespace
+
+int run(int argc, char** argv, const std::function<void(Controller&)>& main) {
+  Runtime* runtime = nullptr;
+  try {
+    runtime = &Runtime::init(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << std::endl;
+    return 1;
+  }
+  Proc& proc = runtime->proc();
+  if (runtime->topology().rank != 0) {
+    // A worker whose controller is gone has nobody left to serve.
+    proc.setPeerLostHandler([&proc](Rank peer, const std::string&) {
+      if (peer == 0) proc.requestShutdown(1);
+    });
+    int code = proc.waitForShutdown();
+    if (code != 0 && !proc.alive(0)) log::get().error("the controller (rank 0) was lost; exiting");
+    runtime->finish(code);
+    return code;
+  }
+
+  int code = 0;
+  try {
+    Controller controller(*runtime);
+    main(controller);
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    std::cerr << "crown: the controller failed: " << e.what() << std::endl;
+    code = 1;
+  }
+  proc.requestShutdown(code);  // from here on, links closing are expected
+  shutDownWorkers(proc, code);
+  runtime->finish(code);
+  return code;
+}
+
+}  // namespace crown

@@ -1,0 +1,519 @@
+// Boost.Asio TCP transport. One io thread runs every socket; senders on other
+// threads write straight to the socket when its queue is empty (no thread hop
+// on the latency path) and otherwise append to the queue, which the io thread
+// drains with one gathered write per batch (coalescing small frames).
+//
+// Links are one-directional for frames: rank a sends to rank b only over the
+// connection a opened to b, so one TCP stream carries everything a sends to
+// b, in order (ORD-1). Accepted connections only receive.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange
+
+#include <boost/asio.hpp>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <set>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <thread>
+
+#include "crown/common/log.h"
+#include "crown/transport/transport.h"
+#include "transport/asio/frame_reader.h"
+
+namespace crown::transport {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace std::chrono_literals;
+
+constexpr std::size_t kMaxBatchFrames = 256;
+constexpr std::size_t kMaxBatchBytes = 4 << 20;
+
+struct QueuedFrame {
+  std::string head;  // frame header + envelope
+  OutMessage message;
+  std::size_t written = 0;  // bytes of head+payload already on the wire
+
+  std::size_t size() const { return head.size() + message.payload.size(); }
+};
+
+class AsioTransport;
+
+// Our connection to one peer: connect, authenticate, then write frames.
+class OutLink : public std::enable_shared_from_this<OutLink> {
+ public:
+  OutLink(AsioTransport& transport, Rank peer);
+  void send(OutMessage message);
+  // io thread: flush state for stop().
+  bool idle();
+  void close();
+
+ private:
+  enum class State { kIdle, kConnecting, kReady, kDead };
+
+  asio::awaitable<void> connectAndAuthenticate();
+  asio::awaitable<void> watchForClose();
+  void startWrite();  // io thread
+  void fail(const std::string& reason);  // any thread
+  bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
+
+  AsioTransport& transport_;
+  Rank peer_;
+  tcp::socket socket_;
+  std::mutex mutex_;
+  State state_ = State::kIdle;
+  bool writing_ = false;
+  std::deque<QueuedFrame> queue_;
+};
+
+// An accepted connection: authenticate the peer, then read frames from it.
+class InLink : public std::enable_shared_from_this<InLink> {
+ public:
+  InLink(AsioTransport& transport, tcp::socket socket);
+  void start();
+  void close();
+
+ private:
+  asio::awaitable<void> run();
+
+  AsioTransport& transport_;
+  tcp::socket socket_;
+  std::string remote_;
+};
+
+class AsioTransport final : public Transport {
+ public:
+  explicit AsioTransport(const AsioOptions& options);
+  ~AsioTransport() override;
+
+  Endpoint localEndpoint() const override { return local_; }
+  void start(std::vector<Endpoint> peers, TransportCallbacks callbacks) override;
+  void send(Rank to, OutMessage message) override;
+  void stop(std::chrono::milliseconds flushTimeout) override;
+
+  // For the links.
+  asio::io_context& io() { return io_; }
+  const AsioOptions& options() const { return options_; }
+  const Endpoint& peer(Rank rank) const { return peers_.at(rank); }
+  const TransportCallbacks& callbacks() const { return callbacks_; }
+  void reportPeerLost(Rank peer, const std::string& reason);
+  void forget(const std::shared_ptr<InLink>& link);
+  bool stopping() const { return stopping_; }
+
+ private:
+  asio::awaitable<void> acceptLoop();
+
+  AsioOptions options_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  tcp::acceptor acceptor_;
+  Endpoint local_;
+  std::vector<Endpoint> peers_;
+  TransportCallbacks callbacks_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mutex_;  // guards out_, lost_, in_
+  std::vector<std::shared_ptr<OutLink>> out_;
+  std::vector<bool> lost_;
+  std::set<std::shared_ptr<InLink>> in_;
+};
+
+// ---------------------------------------------------------------- OutLink
+
+OutLink::OutLink(AsioTransport& transport, Rank peer)
+    : transport_(transport), peer_(peer), socket_(transport.io()) {}
+
+void OutLink::send(OutMessage message) {
+  QueuedFrame frame{wire::encodeFrameHead(message.envelope, message.payload.size()),
+                    std::move(message)};
+  std::unique_lock lock(mutex_);
+  switch (state_) {
+    case State::kDead: {
+      lock.unlock();
+      transport_.callbacks().onSendFailed(peer_, std::move(frame.message), "link is down");
+      return;
+    }
+    case State::kIdle:
+      state_ = State::kConnecting;
+      queue_.push_back(std::move(frame));
+      asio::co_spawn(transport_.io(), connectAndAuthenticate(),
+                     [self = shared_from_this()](std::exception_ptr error) {
+                       if (!error) return;
+                       try {
+                         std::rethrow_exception(error);
+                       } catch (const std::exception& e) {
+                         self->fail(e.what());
+                       }
+                     });
+      return;
+    case State::kConnecting:
+      queue_.push_back(std::move(frame));
+      return;
+    case State::kReady:
+      if (!writing_ && queue_.empty() && tryWriteDirect(frame)) return;
+      queue_.push_back(std::move(frame));
+      if (!writing_) {
+        writing_ = true;
+        asio::post(transport_.io(), [self = shared_from_this()] { self->startWrite(); });
+      }
+      return;
+  }
+}
+
+// Latency path: one sendmsg from the sender's thread. Safe beside the io
+// thread because no asynchronous write is in flight (writing_ is false) and
+// the kernel serialises this write against the pending read.
+bool OutLink::tryWriteDirect(QueuedFrame& frame) {
+  iovec iov[2] = {{frame.head.data(), frame.head.size()},
+                  {frame.message.payload.data(), frame.message.payload.size()}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = frame.message.payload.empty() ? 1 : 2;
+  ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+    // Hand the error to the io thread, which owns the socket's lifetime.
+    int error = errno;
+    asio::post(transport_.io(), [self = shared_from_this(), error] {
+      self->fail(std::string("send failed: ") + std::strerror(error));
+    });
+    return false;  // the frame stays queued and is handed back by fail()
+  }
+  frame.written = static_cast<std::size_t>(n);
+  return frame.written == frame.size();
+}
+
+void OutLink::startWrite() {
+  std::vector<asio::const_buffer> buffers;
+  std::size_t frames = 0;
+  std::size_t bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kReady) return;
+    for (auto& frame : queue_) {
+      if (frames == kMaxBatchFrames || (frames > 0 && bytes >= kMaxBatchBytes)) break;
+      std::size_t skip = frame.written;
+      if (skip < frame.head.size()) {
+        buffers.emplace_back(frame.head.data() + skip, frame.head.size() - skip);
+        skip = 0;
+      } else {
+        skip -= frame.head.size();
+      }
+      if (skip < frame.message.payload.size()) {
+        buffers.emplace_back(frame.message.payload.data() + skip, frame.message.payload.size() - skip);
+      }
+      bytes += frame.size() - frame.written;
+      ++frames;
+    }
+    if (frames == 0) {
+      writing_ = false;
+      return;
+    }
+  }
+  // Buffers point into queue_ entries: deque::push_back never moves existing
+  // elements, and only this completion pops them.
+  asio::async_write(socket_, buffers,
+                    [self = shared_from_this(), frames](boost::system::error_code ec, std::size_t) {
+                      if (ec) {
+                        self->fail("write failed: " + ec.message());
+                        return;
+                      }
+                      {
+                        std::lock_guard lock(self->mutex_);
+                        for (std::size_t i = 0; i < frames && !self->queue_.empty(); ++i) {
+                          self->queue_.pop_front();
+                        }
+                      }
+                      self->startWrite();
+                    });
+}
+
+void OutLink::fail(const std::string& reason) {
+  std::deque<QueuedFrame> lost;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ == State::kDead) return;
+    state_ = State::kDead;
+    lost.swap(queue_);
+  }
+  asio::post(transport_.io(), [self = shared_from_this()] {
+    boost::system::error_code ignored;
+    self->socket_.close(ignored);
+  });
+  for (auto& frame : lost) {
+    transport_.callbacks().onSendFailed(peer_, std::move(frame.message), reason);
+  }
+  transport_.reportPeerLost(peer_, reason);
+}
+
+bool OutLink::idle() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::kDead || state_ == State::kIdle || (queue_.empty() && !writing_);
+}
+
+void OutLink::close() {
+  {
+    std::lock_guard lock(mutex_);
+    state_ = State::kDead;
+  }
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+asio::awaitable<void> OutLink::connectAndAuthenticate() {
+  const auto& options = transport_.options();
+  const auto& endpoint = transport_.peer(peer_);
+  asio::steady_timer deadline(transport_.io());
+  deadline.expires_after(options.connectTimeout + options.authTimeout);
+  bool expired = false;
+  deadline.async_wait([this, &expired](boost::system::error_code ec) {
+    if (ec) return;
+    expired = true;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  });
+  std::string where = endpoint.host + ":" + std::to_string(endpoint.port);
+  try {
+    tcp::endpoint target(asio::ip::make_address(endpoint.host), endpoint.port);
+    co_await socket_.async_connect(target, asio::use_awaitable);
+    socket_.set_option(tcp::no_delay(true));
+    socket_.non_blocking(true);
+
+    std::array<std::uint8_t, kHelloBytes> hello{};
+    co_await asio::async_read(socket_, asio::buffer(hello), asio::use_awaitable);
+    auto serverNonce = decodeHello(hello);
+    if (!serverNonce) throw ProtocolError("peer did not greet with a crown hello");
+    ClientAuth auth{options.rank, randomNonce(), {}};
+    auth.proof = clientProof(options.secret, *serverNonce, auth.nonce, options.rank);
+    auto clientBytes = encodeClientAuth(auth);
+    co_await asio::async_write(socket_, asio::buffer(clientBytes), asio::use_awaitable);
+    Mac answer{};
+    co_await asio::async_read(socket_, asio::buffer(answer), asio::use_awaitable);
+    if (!macEqual(answer, serverProof(options.secret, *serverNonce, auth.nonce, options.rank))) {
+      throw ProtocolError("peer failed to prove it knows the job secret");
+    }
+  } catch (const boost::system::system_error& e) {
+    deadline.cancel();
+    throw Error(std::string(expired ? "timed out connecting to " : "cannot connect to ") + where +
+                (expired ? "" : ": " + e.code().message()));
+  } catch (const std::exception& e) {
+    deadline.cancel();
+    throw Error("handshake with " + where + " failed: " + e.what());
+  }
+  deadline.cancel();
+  bool flush = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kConnecting) co_return;
+    state_ = State::kReady;
+    flush = writing_ = !queue_.empty();
+  }
+  if (flush) startWrite();
+  co_await watchForClose();
+}
+
+// The peer never writes on this connection after the handshake, so any
+// read completion means it closed (or broke protocol): either way it is gone.
+asio::awaitable<void> OutLink::watchForClose() {
+  std::array<char, 64> sink{};
+  boost::system::error_code ec;
+  co_await socket_.async_read_some(asio::buffer(sink),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+  fail(ec ? "connection lost: " + ec.message() : "peer wrote on a send-only link");
+}
+
+// ---------------------------------------------------------------- InLink
+
+InLink::InLink(AsioTransport& transport, tcp::socket socket)
+    : transport_(transport), socket_(std::move(socket)) {
+  boost::system::error_code ec;
+  auto endpoint = socket_.remote_endpoint(ec);
+  remote_ = ec ? "unknown peer" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+}
+
+void InLink::start() {
+  asio::co_spawn(transport_.io(), run(), [self = shared_from_this()](std::exception_ptr) {
+    self->close();
+    self->transport_.forget(self);
+  });
+}
+
+void InLink::close() {
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+asio::awaitable<void> InLink::run() {
+  const auto& options = transport_.options();
+  Rank peer = 0;
+  // SEC-1: nothing is read as a frame until the peer has proved it holds the
+  // job secret; a peer that stalls is cut off by the deadline.
+  {
+    asio::steady_timer deadline(transport_.io());
+    deadline.expires_after(options.authTimeout);
+    deadline.async_wait([this](boost::system::error_code ec) {
+      if (!ec) close();
+    });
+    try {
+      socket_.set_option(tcp::no_delay(true));
+      Nonce serverNonce = randomNonce();
+      auto hello = encodeHello(serverNonce);
+      co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
+      std::array<std::uint8_t, kClientAuthBytes> clientBytes{};
+      co_await asio::async_read(socket_, asio::buffer(clientBytes), asio::use_awaitable);
+      ClientAuth auth = decodeClientAuth(clientBytes);
+      if (auth.rank >= options.size ||
+          !macEqual(auth.proof, clientProof(options.secret, serverNonce, auth.nonce, auth.rank))) {
+        log::get().warn("rejected connection from {}: authentication failed", remote_);
+        co_return;
+      }
+      Mac answer = serverProof(options.secret, serverNonce, auth.nonce, auth.rank);
+      co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
+      peer = auth.rank;
+    } catch (const std::exception& e) {
+      log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_, e.what());
+      co_return;
+    }
+    deadline.cancel();
+  }
+
+  FrameReader reader(options.limits);
+  try {
+    for (;;) {
+      auto space = reader.space();
+      std::size_t n = co_await socket_.async_read_some(asio::buffer(space.data(), space.size()),
+                                                       asio::use_awaitable);
+      reader.commit(n);
+      while (auto frame = reader.next()) {
+        transport_.callbacks().onMessage(peer, std::move(frame->envelope), std::move(frame->payload));
+      }
+    }
+  } catch (const ProtocolError& e) {
+    // SEC-1: a bad frame closes this link and nothing else.
+    log::get().error("closing link from rank {} ({}): {}", peer, remote_, e.what());
+  } catch (const boost::system::system_error& e) {
+    if (!transport_.stopping()) {
+      transport_.reportPeerLost(peer, "connection lost: " + e.code().message());
+    }
+  }
+}
+
+// ---------------------------------------------------------------- AsioTransport
+
+AsioTransport::AsioTransport(const AsioOptions& options)
+    : options_(options), work_(io_.get_executor()), acceptor_(io_) {
+  try {
+    tcp::endpoint endpoint(asio::ip::make_address(options.bindAddress), 0);
+    acceptor_.open(endpoint.protocol());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true));
+    acceptor_.bind(endpoint);
+    acceptor_.listen(asio::socket_base::max_listen_connections);
+    local_ = {options.bindAddress, acceptor_.local_endpoint().port()};
+  } catch (const boost::system::system_error& e) {
+    throw BootstrapError("rank " + std::to_string(options.rank) + " cannot listen on " +
+                         options.bindAddress + ": " + e.code().message() +
+                         " (choose another address with CROWN_ADDR or CROWN_IFACE)");
+  }
+}
+
+AsioTransport::~AsioTransport() { stop(0ms); }
+
+void AsioTransport::start(std::vector<Endpoint> peers, TransportCallbacks callbacks) {
+  CROWN_CHECK(peers.size() == options_.size, "one endpoint per rank is needed");
+  peers_ = std::move(peers);
+  callbacks_ = std::move(callbacks);
+  out_.resize(options_.size);
+  lost_.assign(options_.size, false);
+  asio::co_spawn(io_, acceptLoop(), asio::detached);
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+asio::awaitable<void> AsioTransport::acceptLoop() {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+    if (ec) {
+      log::get().warn("accept failed: {}", ec.message());
+      continue;
+    }
+    auto link = std::make_shared<InLink>(*this, std::move(socket));
+    {
+      std::lock_guard lock(mutex_);
+      in_.insert(link);
+    }
+    link->start();
+  }
+}
+
+void AsioTransport::send(Rank to, OutMessage message) {
+  std::shared_ptr<OutLink> link;
+  {
+    std::lock_guard lock(mutex_);
+    if (to >= out_.size()) {
+      throw ConfigError("rank " + std::to_string(to) + " does not exist (size " +
+                        std::to_string(out_.size()) + ")");
+    }
+    if (!out_[to]) out_[to] = std::make_shared<OutLink>(*this, to);
+    link = out_[to];
+  }
+  link->send(std::move(message));
+}
+
+void AsioTransport::reportPeerLost(Rank peer, const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (peer >= lost_.size() || lost_[peer]) return;
+    lost_[peer] = true;
+  }
+  if (callbacks_.onPeerLost) callbacks_.onPeerLost(peer, reason);
+}
+
+void AsioTransport::forget(const std::shared_ptr<InLink>& link) {
+  std::lock_guard lock(mutex_);
+  in_.erase(link);
+}
+
+void AsioTransport::stop(std::chrono::milliseconds flushTimeout) {
+  if (stopping_.exchange(true)) return;
+  if (thread_.joinable()) {
+    auto deadline = std::chrono::steady_clock::now() + flushTimeout;
+    for (;;) {
+      bool idle = true;
+      {
+        std::lock_guard lock(mutex_);
+        for (auto& link : out_) idle = idle && (!link || link->idle());
+      }
+      if (idle || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(1ms);
+    }
+    std::promise<void> closed;
+    asio::post(io_, [this, &closed] {
+      boost::system::error_code ignored;
+      acceptor_.close(ignored);
+      std::lock_guard lock(mutex_);
+      for (auto& link : out_) {
+        if (link) link->close();
+      }
+      for (auto& link : in_) link->close();
+      closed.set_value();
+    });
+    closed.get_future().wait_for(1s);
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> makeAsioTransport(const AsioOptions& options) {
+  return std::make_unique<AsioTransport>(options);
+}
+
+}  // namespace crown::transport
