@@ -387,16 +387,17 @@ void Proc::setPeerLostHandler(std::function<void(Rank, const std::string&)> hand
   impl_->peerLostHandler = std::move(handler);
 }
 
-void Proc::requestShutdown(int code) {
+void Proc::requestShutdown(int code, bool ranksLost) {
   {
     std::lock_guard lock(impl_->shutdownMutex);
     if (impl_->shutdownCode) return;
     impl_->shutdownCode = code;
+    if (ranksLost) impl_->unexpectedLoss = true;
   }
   impl_->shutdownCv.notify_all();
 }
 
-bool Proc::lostPeerBeforeShutdown() const { return impl_->unexpectedLoss; }
+bool Proc::ranksLost() const { return impl_->unexpectedLoss; }
 
 int Proc::waitForShutdown() {
   std::unique_lock lock(impl_->shutdownMutex);

@@ -15,8 +15,9 @@ using namespace std::chrono_literals;
 // that none is still serving when rank 0 finalises.
 void shutDownWorkers(Proc& proc, int code) {
   std::vector<Future<void>> acks;
+  agent::Shutdown shutdown{code, proc.ranksLost()};
   for (Rank r = 1; r < proc.size(); ++r) {
-    if (proc.alive(r)) acks.push_back(proc.request<void>({r, kAgentLocalId}, agent::Shutdown{code}));
+    if (proc.alive(r)) acks.push_back(proc.request<void>({r, kAgentLocalId}, shutdown));
   }
   auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s);
   for (auto& ack : acks) {

@@ -206,13 +206,15 @@ void Runtime::finish(int code) {
 
   bool peerLost = false;
   if (proc_) {
-    proc_->requestShutdown(code);
-    peerLost = proc_->lostPeerBeforeShutdown();
+    proc_->requestShutdown(code);  // from here on, links closing are expected
+    peerLost = proc_->ranksLost();
+    // Every rank marks itself shutting down before any closes its links, so
+    // no survivor takes a neighbour's orderly exit for a crash.
+    if (!peerLost) onMpiThread([this] { MPI_Barrier(mpi_->comm); });
     proc_->stop(env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s));
   }
   std::fflush(stdout);
-  if (!mpi_->ownsMpi) return;
-  if (peerLost) {
+  if (peerLost && mpi_->ownsMpi) {
     // MPI_Finalize synchronises with every rank, and a lost one never comes.
     log::get().info("a rank was lost: exiting without MPI_Finalize");
     std::fflush(stderr);
@@ -220,7 +222,7 @@ void Runtime::finish(int code) {
   }
   onMpiThread([this] {
     if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
-    MPI_Finalize();
+    if (mpi_->ownsMpi) MPI_Finalize();  // an adopted MPI is finalised by its owner
   });
 }
 

@@ -23,12 +23,15 @@ struct StopActor {
   }
 };
 
-/// The controller is done: the process leaves its serve loop and exits with `code`.
+/// The controller is done: the process leaves its serve loop and exits with
+/// `code`. `ranksLost`: some rank died, so MPI_Finalize (which waits for every
+/// rank) must be skipped.
 struct Shutdown {
   int code = 0;
+  bool ranksLost = false;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& code;
+    archive& code& ranksLost;
   }
 };
 

@@ -101,9 +101,11 @@ class Proc {
 
   /// Marks this process as shutting down with `code` (the first call wins)
   /// and wakes waitForShutdown(). Links lost after this are expected.
-  void requestShutdown(int code);
-  /// True when a peer was lost before shutdown began.
-  bool lostPeerBeforeShutdown() const;
+  /// `ranksLost`: the controller saw a rank die that this process may not have.
+  void requestShutdown(int code, bool ranksLost = false);
+  /// True when a rank was lost before shutdown began, here or (as the
+  /// controller said) elsewhere.
+  bool ranksLost() const;
   /// Blocks until requestShutdown; returns its code.
   int waitForShutdown();
   /// Lets running handlers finish, then flushes and closes the transport.

@@ -1,0 +1,109 @@
+// An intruder: connects to a crown rank's port and tries, in turn, raw
+// garbage, garbage after the hello, a forged handshake with a wrong secret
+// followed by a well-formed frame, and a frame with no handshake at all.
+// Exits 0 when the rank closed the connection every time without answering
+// past its hello; 1 otherwise.
+//   attacker HOST PORT DEST_RANK DEST_LOCAL
+#include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
+
+#include <boost/asio.hpp>
+#include <crown/transport/auth.h>
+#include <crown/wire/frame.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "attack_messages.h"
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace crown;
+
+namespace {
+
+std::string frameTo(const wire::ActorId& dest) {
+  wire::Envelope envelope{wire::MessageKind::kOneWay, {0, 0}, dest, 0, "crown.testing.Poke"};
+  wire::Bytes payload = wire::toBytes(testing::Poke{666});
+  return wire::encodeFrameHead(envelope, payload.size()) + payload;
+}
+
+// True when the server closes the connection within 10 s, having sent at
+// most its hello (which it sends before it knows anything of the client).
+bool closedByServer(tcp::socket& socket, std::size_t helloAlreadyRead) {
+  socket.non_blocking(false);
+  timeval limit{10, 0};
+  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  std::size_t received = helloAlreadyRead;
+  for (;;) {
+    char buffer[256];
+    boost::system::error_code ec;
+    std::size_t n = socket.read_some(asio::buffer(buffer), ec);
+    received += n;
+    if (received > transport::kHelloBytes) {
+      std::cerr << "attacker: the server answered past its hello\n";
+      return false;
+    }
+    if (ec) return ec == asio::error::eof || ec == asio::error::connection_reset;
+  }
+}
+
+// `attack` returns how many bytes of the server's hello it read.
+bool attempt(const tcp::endpoint& target, const std::string& name,
+             const std::function<std::size_t(tcp::socket&)>& attack) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(target);
+  std::size_t helloRead = 0;
+  try {
+    helloRead = attack(socket);
+  } catch (const boost::system::system_error&) {
+    // the server may close before the whole attack is written: a rejection too
+  }
+  bool rejected = closedByServer(socket, helloRead);
+  std::cout << "attacker: " << name << ": " << (rejected ? "rejected" : "NOT REJECTED") << std::endl;
+  return rejected;
+}
+
+std::array<std::uint8_t, transport::kHelloBytes> readHello(tcp::socket& socket) {
+  std::array<std::uint8_t, transport::kHelloBytes> hello{};
+  asio::read(socket, asio::buffer(hello));
+  return hello;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: attacker HOST PORT DEST_RANK DEST_LOCAL\n";
+    return 2;
+  }
+  tcp::endpoint target(asio::ip::make_address(argv[1]), static_cast<unsigned short>(std::stoi(argv[2])));
+  wire::ActorId dest{static_cast<Rank>(std::stoul(argv[3])), std::stoull(argv[4])};
+  bool ok = true;
+
+  ok &= attempt(target, "garbage", [](tcp::socket& socket) {
+    asio::write(socket, asio::buffer(std::string(200, '\x5a')));
+    return std::size_t{0};
+  });
+  ok &= attempt(target, "garbage after hello", [](tcp::socket& socket) {
+    readHello(socket);
+    asio::write(socket, asio::buffer(std::string(transport::kClientAuthBytes, '\x01')));
+    return transport::kHelloBytes;
+  });
+  ok &= attempt(target, "wrong HMAC, then a frame", [&](tcp::socket& socket) {
+    auto hello = readHello(socket);
+    auto serverNonce = transport::decodeHello(hello);
+    if (!serverNonce) throw std::runtime_error("no hello");
+    transport::ClientAuth forged{0, transport::randomNonce(), {}};
+    forged.proof = transport::clientProof(transport::randomSecret(), *serverNonce, forged.nonce, 0);
+    auto bytes = transport::encodeClientAuth(forged);
+    asio::write(socket, asio::buffer(bytes));
+    asio::write(socket, asio::buffer(frameTo(dest)));
+    return transport::kHelloBytes;
+  });
+  ok &= attempt(target, "frame without handshake", [&](tcp::socket& socket) {
+    asio::write(socket, asio::buffer(frameTo(dest)));
+    return std::size_t{0};
+  });
+  return ok ? 0 : 1;
+}

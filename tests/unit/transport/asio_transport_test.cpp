@@ -1,0 +1,167 @@
+// Two Asio transports in one process, as ranks 0 and 1 of a job of 2.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "crown/transport/transport.h"
+
+namespace crown::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Node {
+ public:
+  Node(Rank rank, const Secret& secret, wire::FrameLimits limits = {}) {
+    AsioOptions options;
+    options.rank = rank;
+    options.size = 2;
+    options.bindAddress = "127.0.0.1";
+    options.secret = secret;
+    options.limits = limits;
+    options.connectTimeout = 2s;
+    options.authTimeout = 2s;
+    transport = makeAsioTransport(options);
+  }
+
+  void start(std::vector<Endpoint> peers) {
+    TransportCallbacks callbacks;
+    callbacks.onMessage = [this](Rank from, wire::Envelope&& envelope, wire::Bytes&& payload) {
+      std::lock_guard lock(mutex);
+      received.push_back({from, envelope.type, payload});
+      changed.notify_all();
+    };
+    callbacks.onSendFailed = [this](Rank, OutMessage&& message, const std::string&) {
+      std::lock_guard lock(mutex);
+      failed.push_back(message.payload);
+      changed.notify_all();
+    };
+    callbacks.onPeerLost = [this](Rank peer, const std::string&) {
+      std::lock_guard lock(mutex);
+      lost.push_back(peer);
+      changed.notify_all();
+    };
+    transport->start(std::move(peers), std::move(callbacks));
+  }
+
+  template <class Pred>
+  bool waitFor(Pred pred, std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, timeout, pred);
+  }
+
+  void send(Rank to, std::string payload) {
+    transport->send(to, {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
+  }
+
+  struct Received {
+    Rank from;
+    std::string type;
+    std::string payload;
+  };
+
+  std::unique_ptr<Transport> transport;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Received> received;
+  std::vector<std::string> failed;
+  std::vector<Rank> lost;
+};
+
+void startPair(Node& a, Node& b) {
+  std::vector<Endpoint> peers{a.transport->localEndpoint(), b.transport->localEndpoint()};
+  a.start(peers);
+  b.start(peers);
+}
+
+TEST(AsioTransport, DeliversInSendOrder) {
+  Secret secret = randomSecret();
+  Node a(0, secret), b(1, secret);
+  startPair(a, b);
+  constexpr int kCount = 5000;
+  for (int i = 0; i < kCount; ++i) a.send(1, std::to_string(i));
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == kCount; }));
+  for (int i = 0; i < kCount; ++i) {
+    EXPECT_EQ(b.received[i].payload, std::to_string(i));
+    EXPECT_EQ(b.received[i].from, 0u);
+  }
+  EXPECT_TRUE(a.failed.empty());
+}
+
+TEST(AsioTransport, LargeFramesArriveWhole) {
+  Secret secret = randomSecret();
+  Node a(0, secret), b(1, secret);
+  startPair(a, b);
+  std::string big(8 << 20, 'z');
+  big[12345] = 'q';
+  a.send(1, big);
+  a.send(1, "after");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 2; }, 20s));
+  EXPECT_EQ(b.received[0].payload, big);
+  EXPECT_EQ(b.received[1].payload, "after");
+}
+
+TEST(AsioTransport, AWrongSecretNeverDelivers) {
+  Node a(0, randomSecret()), b(1, randomSecret());
+  startPair(a, b);
+  a.send(1, "intruder");
+  ASSERT_TRUE(a.waitFor([&] { return a.failed.size() == 1 && a.lost.size() == 1; }));
+  EXPECT_EQ(a.failed[0], "intruder");  // handed back
+  EXPECT_EQ(a.lost[0], 1u);
+  std::this_thread::sleep_for(100ms);
+  std::lock_guard lock(b.mutex);
+  EXPECT_TRUE(b.received.empty());
+}
+
+TEST(AsioTransport, AFrameOverTheLimitClosesThatLinkOnly) {
+  Secret secret = randomSecret();
+  wire::FrameLimits small;
+  small.maxPayloadBytes = 1024;
+  Node a(0, secret), b(1, secret, small);
+  startPair(a, b);
+  a.send(1, "fits");
+  a.send(1, std::string(4096, 'x'));
+  a.send(1, "after the bad frame");
+  ASSERT_TRUE(a.waitFor([&] { return a.lost.size() == 1; }));
+  std::lock_guard lock(b.mutex);
+  ASSERT_EQ(b.received.size(), 1u);
+  EXPECT_EQ(b.received[0].payload, "fits");
+  EXPECT_TRUE(b.lost.empty());  // a protocol error is not a lost process
+}
+
+TEST(AsioTransport, APeerThatStopsIsReportedLost) {
+  Secret secret = randomSecret();
+  Node a(0, secret), b(1, secret);
+  startPair(a, b);
+  a.send(1, "hello");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  b.transport->stop(0ms);
+  ASSERT_TRUE(a.waitFor([&] { return a.lost.size() == 1; }));
+  EXPECT_EQ(a.lost[0], 1u);
+  a.send(1, "too late");
+  ASSERT_TRUE(a.waitFor([&] { return a.failed.size() == 1; }));
+  EXPECT_EQ(a.failed[0], "too late");
+}
+
+TEST(AsioTransport, UnreachablePeerFailsTheSend) {
+  Secret secret = randomSecret();
+  Node a(0, secret);
+  a.start({a.transport->localEndpoint(), {"127.0.0.1", 1}});  // nothing listens on port 1
+  a.send(1, "nobody");
+  ASSERT_TRUE(a.waitFor([&] { return a.failed.size() == 1 && a.lost.size() == 1; }));
+}
+
+TEST(AsioTransport, UnusableAddressIsABootstrapError) {
+  AsioOptions options;
+  options.bindAddress = "203.0.113.77";  // TEST-NET-3: never a local address
+  try {
+    makeAsioTransport(options);
+    FAIL() << "listening on a foreign address succeeded";
+  } catch (const BootstrapError& e) {
+    EXPECT_NE(std::string(e.what()).find("203.0.113.77"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace crown::transport
