@@ -1,5 +1,7 @@
 #include "actor/executor.h"
 
+#include "crown/common/spin_wait.h"
+
 namespace crown::detail {
 
 Executor::Executor(int threads) {
@@ -9,11 +11,14 @@ Executor::Executor(int threads) {
 Executor::~Executor() { stop(); }
 
 void Executor::post(std::function<void()> task) {
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     tasks_.push_back(std::move(task));
+    queued_.store(tasks_.size(), std::memory_order_release);
+    wake = sleeping_ > 0;
   }
-  wake_.notify_one();
+  if (wake) wake_.notify_one();  // a spinning thread needs no futex wake-up
 }
 
 void Executor::stop() {
@@ -32,12 +37,16 @@ void Executor::stop() {
 void Executor::work() {
   for (;;) {
     std::function<void()> task;
+    detail::spinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
     {
       std::unique_lock lock(mutex_);
+      ++sleeping_;
       wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      --sleeping_;
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      queued_.store(tasks_.size(), std::memory_order_release);
     }
     task();
   }

@@ -2,6 +2,7 @@
 // mailboxes are drained on it. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -25,6 +26,8 @@ class Executor {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
+  std::atomic<std::size_t> queued_{0};  // tasks_.size(), readable without the mutex
+  int sleeping_ = 0;                    // threads blocked on wake_
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

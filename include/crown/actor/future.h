@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "crown/common/error.h"
+#include "crown/common/spin_wait.h"
 
 namespace crown {
 
@@ -48,6 +50,7 @@ class FutureState {
 
   /// Waits until ready or until `deadline`; true when ready.
   bool waitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
+    if (spinUntil([this] { return readyFlag_.load(std::memory_order_acquire); })) return true;
     std::unique_lock lock(mutex_);
     if (!deadline) {
       ready_cv_.wait(lock, [this] { return ready_; });
@@ -99,6 +102,7 @@ class FutureState {
       if (ready_) return;  // first outcome wins: a late reply after a timeout is dropped
       fill();
       ready_ = true;
+      readyFlag_.store(true, std::memory_order_release);
       cancel_ = nullptr;
       continuations.swap(continuations_);
     }
@@ -109,6 +113,7 @@ class FutureState {
   std::mutex mutex_;
   std::condition_variable ready_cv_;
   bool ready_ = false;
+  std::atomic<bool> readyFlag_{false};  // ready_, readable without the mutex (spinning waiters)
   std::optional<Stored<T>> value_;
   std::exception_ptr error_;
   std::vector<std::function<void()>> continuations_;

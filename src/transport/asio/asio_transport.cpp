@@ -32,6 +32,8 @@ using namespace std::chrono_literals;
 
 constexpr std::size_t kMaxBatchFrames = 256;
 constexpr std::size_t kMaxBatchBytes = 4 << 20;
+// Frames sent closer together than this on one link count as a stream.
+constexpr auto kStreamingGap = std::chrono::microseconds(10);
 
 struct QueuedFrame {
   std::string head;  // frame header + envelope
@@ -68,6 +70,7 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
   State state_ = State::kIdle;
   bool writing_ = false;
   std::deque<QueuedFrame> queue_;
+  std::chrono::steady_clock::time_point lastSend_{};
 };
 
 // An accepted connection: authenticate the peer, then read frames from it.
@@ -154,14 +157,21 @@ void OutLink::send(OutMessage message) {
     case State::kConnecting:
       queue_.push_back(std::move(frame));
       return;
-    case State::kReady:
-      if (!writing_ && queue_.empty() && tryWriteDirect(frame)) return;
+    case State::kReady: {
+      // A sender that is streaming gains from batching more than from the
+      // direct write: its frames queue up for one gathered write on the io
+      // thread. A lone frame (request/reply traffic) goes out at once.
+      auto now = std::chrono::steady_clock::now();
+      bool streaming = now - lastSend_ < kStreamingGap;
+      lastSend_ = now;
+      if (!streaming && !writing_ && queue_.empty() && tryWriteDirect(frame)) return;
       queue_.push_back(std::move(frame));
       if (!writing_) {
         writing_ = true;
         asio::post(transport_.io(), [self = shared_from_this()] { self->startWrite(); });
       }
       return;
+    }
   }
 }
 
