@@ -84,6 +84,9 @@ class Worker : public Actor {
     });
     handle<Blast>([this](const Blast& blast) {
       for (int i = 0; i < blast.count; ++i) blast.target.send(Record{static_cast<int>(rank()), i});
+      // ORD-1: this request reaches the target after every record above, so
+      // when it returns they have all been handled there.
+      blast.target.call<std::vector<std::pair<int, int>>>(History{}).get();
     });
     handle<AskPeer>([](const AskPeer& ask) { return ask.peer.call<Identity>(WhoAreYou{}).get().rank; });
   }
