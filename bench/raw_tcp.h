@@ -43,10 +43,7 @@ struct TcpEndpoint {
 /// The address this rank's crown fabric listens on, so that the anchor takes
 /// the same network path as crown's own links (loopback on one host, the
 /// chosen interface across hosts).
-inline std::string fabricHost() {
-  std::string endpoint = Runtime::current().endpoint();
-  return endpoint.substr(0, endpoint.rfind(':'));
-}
+inline std::string fabricHost() { return Runtime::current().endpoint().host; }
 
 inline void setNoDelay(int fd) {
   int on = 1;

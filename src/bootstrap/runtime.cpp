@@ -37,6 +37,7 @@ struct RankRecord {
   char host[256];
   char address[64];
   std::uint16_t port;
+  char local[108];  // abstract Unix socket name; empty when not listening on one
   char error[512];  // empty when this rank is ready
 };
 
@@ -62,8 +63,6 @@ Runtime& Runtime::current() {
   if (g_runtime == nullptr) throw Error("crown is not initialised in this process: call crown::run first");
   return *g_runtime;
 }
-
-std::string Runtime::endpoint() const { return endpoint_; }
 
 void Runtime::onMpiThread(std::function<void()> fn) { mpi_->service.call(std::move(fn)); }
 
@@ -124,9 +123,11 @@ Runtime& Runtime::init(int* argc, char*** argv) {
       options.limits = wire::FrameLimits::fromEnv();
       options.connectTimeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
       options.authTimeout = env::millis("CROWN_AUTH_TIMEOUT_MS", 5s);
+      options.listenLocal = env::get("CROWN_SAME_HOST_TRANSPORT").value_or("unix") != "tcp";
       fabric = transport::makeAsioTransport(options);
       copyText(mine.address, sizeof mine.address, fabric->localEndpoint().host);
       mine.port = fabric->localEndpoint().port;
+      copyText(mine.local, sizeof mine.local, fabric->localEndpoint().local);
     } catch (const std::exception& e) {
       copyText(mine.error, sizeof mine.error, e.what());
     }
@@ -145,7 +146,11 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     topo.hostNames.emplace_back(record.host);
     auto [it, added] = hostIndex.emplace(record.host, static_cast<int>(hostIndex.size()));
     topo.hostIndexOf.push_back(it->second);
-    peers.push_back({record.address, record.port});
+    peers.push_back({record.address, record.port, record.local});
+  }
+  // Unix sockets only reach ranks on this host (its network namespace).
+  for (Rank r = 0; r < topo.size; ++r) {
+    if (topo.hostNames[r] != topo.hostNames[topo.rank]) peers[r].local.clear();
   }
   topo.hostIndex = topo.hostIndexOf[topo.rank];
   topo.hostCount = static_cast<int>(hostIndex.size());
@@ -153,7 +158,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + failures);
   }
-  self.endpoint_ = peers[topo.rank].host + ":" + std::to_string(peers[topo.rank].port);
+  self.endpoint_ = peers[topo.rank];
 
   Proc::Options procOptions{topo.rank, topo.size, topo.hostNames,
                             static_cast<int>(env::integer("CROWN_ACTOR_THREADS", 4, 1, 1024))};
@@ -188,8 +193,9 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + verdict);
   }
-  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on {}", topo.rank,
-                   topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount, self.endpoint_);
+  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on {}:{} @{}", topo.rank,
+                   topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount, self.endpoint_.host,
+                   self.endpoint_.port, self.endpoint_.local);
   return self;
 }
 

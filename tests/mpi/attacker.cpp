@@ -3,7 +3,7 @@
 // followed by a well-formed frame, and a frame with no handshake at all.
 // Exits 0 when the rank closed the connection every time without answering
 // past its hello; 1 otherwise.
-//   attacker HOST PORT DEST_RANK DEST_LOCAL
+//   attacker tcp:HOST:PORT|unix:NAME DEST_RANK DEST_LOCAL
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 
 #include <boost/asio.hpp>
@@ -17,6 +17,8 @@
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using Socket = asio::generic::stream_protocol::socket;
+using Target = asio::generic::stream_protocol::endpoint;
 using namespace crown;
 
 namespace {
@@ -29,7 +31,7 @@ std::string frameTo(const wire::ActorId& dest) {
 
 // True when the server closes the connection within 10 s, having sent at
 // most its hello (which it sends before it knows anything of the client).
-bool closedByServer(tcp::socket& socket, std::size_t helloAlreadyRead) {
+bool closedByServer(Socket& socket, std::size_t helloAlreadyRead) {
   socket.non_blocking(false);
   timeval limit{10, 0};
   setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
@@ -48,10 +50,10 @@ bool closedByServer(tcp::socket& socket, std::size_t helloAlreadyRead) {
 }
 
 // `attack` returns how many bytes of the server's hello it read.
-bool attempt(const tcp::endpoint& target, const std::string& name,
-             const std::function<std::size_t(tcp::socket&)>& attack) {
+bool attempt(const Target& target, const std::string& name,
+             const std::function<std::size_t(Socket&)>& attack) {
   asio::io_context io;
-  tcp::socket socket(io);
+  Socket socket(io);
   socket.connect(target);
   std::size_t helloRead = 0;
   try {
@@ -64,7 +66,7 @@ bool attempt(const tcp::endpoint& target, const std::string& name,
   return rejected;
 }
 
-std::array<std::uint8_t, transport::kHelloBytes> readHello(tcp::socket& socket) {
+std::array<std::uint8_t, transport::kHelloBytes> readHello(Socket& socket) {
   std::array<std::uint8_t, transport::kHelloBytes> hello{};
   asio::read(socket, asio::buffer(hello));
   return hello;
@@ -73,24 +75,35 @@ std::array<std::uint8_t, transport::kHelloBytes> readHello(tcp::socket& socket) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: attacker HOST PORT DEST_RANK DEST_LOCAL\n";
+  if (argc != 4) {
+    std::cerr << "usage: attacker tcp:HOST:PORT|unix:NAME DEST_RANK DEST_LOCAL\n";
     return 2;
   }
-  tcp::endpoint target(asio::ip::make_address(argv[1]), static_cast<unsigned short>(std::stoi(argv[2])));
-  wire::ActorId dest{static_cast<Rank>(std::stoul(argv[3])), std::stoull(argv[4])};
+  std::string spec = argv[1];
+  Target target;
+  if (spec.rfind("unix:", 0) == 0) {
+    target = asio::local::stream_protocol::endpoint(std::string(1, '\0') + spec.substr(5));
+  } else if (spec.rfind("tcp:", 0) == 0) {
+    auto colon = spec.rfind(':');
+    target = tcp::endpoint(asio::ip::make_address(spec.substr(4, colon - 4)),
+                           static_cast<unsigned short>(std::stoi(spec.substr(colon + 1))));
+  } else {
+    std::cerr << "attacker: target must be tcp:HOST:PORT or unix:NAME\n";
+    return 2;
+  }
+  wire::ActorId dest{static_cast<Rank>(std::stoul(argv[2])), std::stoull(argv[3])};
   bool ok = true;
 
-  ok &= attempt(target, "garbage", [](tcp::socket& socket) {
+  ok &= attempt(target, "garbage", [](Socket& socket) {
     asio::write(socket, asio::buffer(std::string(200, '\x5a')));
     return std::size_t{0};
   });
-  ok &= attempt(target, "garbage after hello", [](tcp::socket& socket) {
+  ok &= attempt(target, "garbage after hello", [](Socket& socket) {
     readHello(socket);
     asio::write(socket, asio::buffer(std::string(transport::kClientAuthBytes, '\x01')));
     return transport::kHelloBytes;
   });
-  ok &= attempt(target, "wrong HMAC, then a frame", [&](tcp::socket& socket) {
+  ok &= attempt(target, "wrong HMAC, then a frame", [&](Socket& socket) {
     auto hello = readHello(socket);
     auto serverNonce = transport::decodeHello(hello);
     if (!serverNonce) throw std::runtime_error("no hello");
@@ -101,7 +114,7 @@ int main(int argc, char** argv) {
     asio::write(socket, asio::buffer(frameTo(dest)));
     return transport::kHelloBytes;
   });
-  ok &= attempt(target, "frame without handshake", [&](tcp::socket& socket) {
+  ok &= attempt(target, "frame without handshake", [&](Socket& socket) {
     asio::write(socket, asio::buffer(frameTo(dest)));
     return std::size_t{0};
   });

@@ -22,7 +22,11 @@ class Target : public Actor {
   Target() {
     handle<Poke>([this](const Poke& poke) { pokes_ += poke.value; });
     handle<PokeCount>([this](const PokeCount&) { return pokes_; });
-    handle<WhoAreYou>([](const WhoAreYou&) { return Runtime::current().endpoint(); });
+    handle<WhoAreYou>([](const WhoAreYou&) {
+      const auto& endpoint = Runtime::current().endpoint();
+      return std::vector<std::string>{"tcp:" + endpoint.host + ":" + std::to_string(endpoint.port),
+                                      "unix:" + endpoint.local};
+    });
   }
 
  private:
@@ -32,12 +36,14 @@ class Target : public Actor {
 TEST(AuthTest, IntrudersAreRejectedAndNothingIsDelivered) {
   Controller& ctl = *controller();
   auto target = ctl.spawn<Target>(1, "target");
-  std::string endpoint = target.call<std::string>(WhoAreYou{}).get(10s);
-  auto colon = endpoint.rfind(':');
-  std::string command = std::string(CROWN_ATTACKER) + " " + endpoint.substr(0, colon) + " " +
-                        endpoint.substr(colon + 1) + " 1 " + std::to_string(target.id().local);
-  std::cout << "running " << command << std::endl;
-  EXPECT_EQ(std::system(command.c_str()), 0);
+  auto endpoints = target.call<std::vector<std::string>>(WhoAreYou{}).get(10s);
+  ASSERT_EQ(endpoints.size(), 2u);
+  ASSERT_NE(endpoints[1], "unix:") << "rank 1 has no same-host socket";
+  for (const auto& endpoint : endpoints) {  // over TCP, then over the same-host socket
+    std::string command = std::string(CROWN_ATTACKER) + " " + endpoint + " 1 " + std::to_string(target.id().local);
+    std::cout << "running " << command << std::endl;
+    EXPECT_EQ(std::system(command.c_str()), 0);
+  }
 
   target.send(Poke{1});  // the legitimate path still works
   EXPECT_EQ(target.call<int>(PokeCount{}).get(10s), 1);  // and only it delivered

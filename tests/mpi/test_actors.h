@@ -17,10 +17,9 @@ struct Identity {
   Rank rank = 0;
   int pid = 0;
   std::string host;
-  std::string endpoint;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& rank& pid& host& endpoint;
+    archive& rank& pid& host;
   }
 };
 struct Record {
@@ -72,8 +71,7 @@ class Worker : public Actor {
   explicit Worker(std::string tag) : tag_(std::move(tag)) {
     handle<WhoAreYou>([this](const WhoAreYou&) {
       auto& runtime = Runtime::current();
-      return Identity{rank(), static_cast<int>(::getpid()), runtime.topology().hostNames[rank()],
-                      runtime.endpoint()};
+      return Identity{rank(), static_cast<int>(::getpid()), runtime.topology().hostNames[rank()]};
     });
     handle<Record>([this](const Record& record) { history_.emplace_back(record.sender, record.value); });
     handle<History>([this](const History&) { return history_; });

@@ -37,8 +37,8 @@ class Runtime {
 
   const Topology& topology() const { return topology_; }
   Proc& proc() { return *proc_; }
-  /// This rank's TCP endpoint ("address:port").
-  std::string endpoint() const;
+  /// Where this rank listens: TCP address and port, and its same-host socket.
+  const transport::Endpoint& endpoint() const { return endpoint_; }
 
   /// Runs `fn` on the MPI service thread and waits for it (THR-1).
   void onMpiThread(std::function<void()> fn);
@@ -54,7 +54,7 @@ class Runtime {
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   Topology topology_;
-  std::string endpoint_;
+  transport::Endpoint endpoint_;
   std::unique_ptr<Proc> proc_;
 };
 

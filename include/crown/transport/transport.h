@@ -25,6 +25,9 @@ namespace crown::transport {
 struct Endpoint {
   std::string host;  ///< numeric IP address
   std::uint16_t port = 0;
+  /// Abstract Unix socket name (without its leading NUL) for peers on the
+  /// same host; empty: reach this rank over TCP only.
+  std::string local;
 };
 
 /// One message: where it goes and what it carries.
@@ -64,10 +67,15 @@ struct AsioOptions {
   wire::FrameLimits limits;
   std::chrono::milliseconds connectTimeout{10000};
   std::chrono::milliseconds authTimeout{5000};
+  /// Also listen on an abstract Unix socket, so that ranks on this host skip
+  /// the TCP/IP stack (CROWN_SAME_HOST_TRANSPORT=tcp turns this off).
+  bool listenLocal = true;
 };
 
-/// The Boost.Asio TCP transport. Listens at construction (ephemeral port);
-/// throws BootstrapError naming the address when it cannot.
+/// The Boost.Asio transport: TCP between hosts, Unix domain sockets within
+/// one. Listens at construction (ephemeral port, random abstract socket
+/// name); throws BootstrapError naming the address when it cannot. A peer is
+/// reached over its `local` socket when its Endpoint names one.
 std::unique_ptr<Transport> makeAsioTransport(const AsioOptions& options);
 
 /// The address this host should listen on: CROWN_ADDR if set, else the IPv4

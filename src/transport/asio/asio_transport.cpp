@@ -1,4 +1,6 @@
-// Boost.Asio TCP transport. One io thread runs every socket; senders on other
+// Boost.Asio transport over TCP between hosts and abstract Unix domain
+// sockets within one (same frames, same handshake: an abstract socket has no
+// file permissions, so SEC-1 matters there too). One io thread runs every socket; senders on other
 // threads write straight to the socket when its queue is empty (no thread hop
 // on the latency path) and otherwise append to the queue, which the io thread
 // drains with one gathered write per batch (coalescing small frames).
@@ -7,6 +9,8 @@
 // connection a opened to b, so one TCP stream carries everything a sends to
 // b, in order (ORD-1). Accepted connections only receive.
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange
+
+#include <arpa/inet.h>
 
 #include <boost/asio.hpp>
 #include <cerrno>
@@ -28,6 +32,7 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using Socket = asio::generic::stream_protocol::socket;  // TCP or Unix
 using namespace std::chrono_literals;
 
 constexpr std::size_t kMaxBatchFrames = 256;
@@ -44,6 +49,32 @@ struct QueuedFrame {
 };
 
 class AsioTransport;
+
+bool isTcp(Socket& socket) {
+  int family = socket.local_endpoint().protocol().family();
+  return family == AF_INET || family == AF_INET6;
+}
+
+// "address:port" of a TCP peer, for logs; "local socket" otherwise.
+std::string describePeer(Socket& socket) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getpeername(socket.native_handle(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return "unknown peer";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    return std::string(text) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (address.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof text);
+    return "[" + std::string(text) + "]:" + std::to_string(ntohs(in->sin6_port));
+  }
+  return "local socket";
+}
 
 // Our connection to one peer: connect, authenticate, then write frames.
 class OutLink : public std::enable_shared_from_this<OutLink> {
@@ -65,7 +96,7 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
 
   AsioTransport& transport_;
   Rank peer_;
-  tcp::socket socket_;
+  Socket socket_;
   std::mutex mutex_;
   State state_ = State::kIdle;
   bool writing_ = false;
@@ -76,7 +107,7 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
 // An accepted connection: authenticate the peer, then read frames from it.
 class InLink : public std::enable_shared_from_this<InLink> {
  public:
-  InLink(AsioTransport& transport, tcp::socket socket);
+  InLink(AsioTransport& transport, Socket socket);
   void start();
   void close();
 
@@ -84,7 +115,7 @@ class InLink : public std::enable_shared_from_this<InLink> {
   asio::awaitable<void> run();
 
   AsioTransport& transport_;
-  tcp::socket socket_;
+  Socket socket_;
   std::string remote_;
 };
 
@@ -108,12 +139,14 @@ class AsioTransport final : public Transport {
   bool stopping() const { return stopping_; }
 
  private:
-  asio::awaitable<void> acceptLoop();
+  template <class Acceptor>
+  asio::awaitable<void> acceptLoop(Acceptor& acceptor);
 
   AsioOptions options_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
+  asio::local::stream_protocol::acceptor localAcceptor_;
   Endpoint local_;
   std::vector<Endpoint> peers_;
   TransportCallbacks callbacks_;
@@ -287,11 +320,18 @@ asio::awaitable<void> OutLink::connectAndAuthenticate() {
     boost::system::error_code ignored;
     socket_.close(ignored);
   });
-  std::string where = endpoint.host + ":" + std::to_string(endpoint.port);
+  bool local = !endpoint.local.empty();
+  std::string where = local ? "local socket @" + endpoint.local
+                            : endpoint.host + ":" + std::to_string(endpoint.port);
   try {
-    tcp::endpoint target(asio::ip::make_address(endpoint.host), endpoint.port);
-    co_await socket_.async_connect(target, asio::use_awaitable);
-    socket_.set_option(tcp::no_delay(true));
+    if (local) {
+      asio::local::stream_protocol::endpoint target(std::string(1, '\0') + endpoint.local);
+      co_await socket_.async_connect(target, asio::use_awaitable);
+    } else {
+      tcp::endpoint target(asio::ip::make_address(endpoint.host), endpoint.port);
+      co_await socket_.async_connect(target, asio::use_awaitable);
+      socket_.set_option(tcp::no_delay(true));
+    }
     socket_.non_blocking(true);
 
     std::array<std::uint8_t, kHelloBytes> hello{};
@@ -339,11 +379,10 @@ asio::awaitable<void> OutLink::watchForClose() {
 
 // ---------------------------------------------------------------- InLink
 
-InLink::InLink(AsioTransport& transport, tcp::socket socket)
-    : transport_(transport), socket_(std::move(socket)) {
-  boost::system::error_code ec;
-  auto endpoint = socket_.remote_endpoint(ec);
-  remote_ = ec ? "unknown peer" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+InLink::InLink(AsioTransport& transport, Socket socket)
+    : transport_(transport), socket_(std::move(socket)), remote_(describePeer(socket_)) {
+  boost::system::error_code ignored;
+  if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
 }
 
 void InLink::start() {
@@ -370,7 +409,6 @@ asio::awaitable<void> InLink::run() {
       if (!ec) close();
     });
     try {
-      socket_.set_option(tcp::no_delay(true));
       Nonce serverNonce = randomNonce();
       auto hello = encodeHello(serverNonce);
       co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
@@ -416,7 +454,7 @@ asio::awaitable<void> InLink::run() {
 // ---------------------------------------------------------------- AsioTransport
 
 AsioTransport::AsioTransport(const AsioOptions& options)
-    : options_(options), work_(io_.get_executor()), acceptor_(io_) {
+    : options_(options), work_(io_.get_executor()), acceptor_(io_), localAcceptor_(io_) {
   try {
     tcp::endpoint endpoint(asio::ip::make_address(options.bindAddress), 0);
     acceptor_.open(endpoint.protocol());
@@ -429,6 +467,25 @@ AsioTransport::AsioTransport(const AsioOptions& options)
                          options.bindAddress + ": " + e.code().message() +
                          " (choose another address with CROWN_ADDR or CROWN_IFACE)");
   }
+  if (options.listenLocal) {
+    // Abstract socket names live in the network namespace, not the file
+    // system: nothing to clean up, and only this host can connect.
+    auto nonce = randomNonce();
+    std::string name = "crown-";
+    for (int i = 0; i < 8; ++i) name += "0123456789abcdef"[nonce[i] & 15];
+    name += "-" + std::to_string(options.rank);
+    try {
+      asio::local::stream_protocol::endpoint endpoint(std::string(1, '\0') + name);
+      localAcceptor_.open(endpoint.protocol());
+      localAcceptor_.bind(endpoint);
+      localAcceptor_.listen(asio::socket_base::max_listen_connections);
+      local_.local = name;
+    } catch (const boost::system::system_error& e) {
+      log::get().warn("no same-host socket ({}); ranks on this host use TCP", e.code().message());
+      boost::system::error_code ignored;
+      localAcceptor_.close(ignored);
+    }
+  }
 }
 
 AsioTransport::~AsioTransport() { stop(0ms); }
@@ -439,15 +496,18 @@ void AsioTransport::start(std::vector<Endpoint> peers, TransportCallbacks callba
   callbacks_ = std::move(callbacks);
   out_.resize(options_.size);
   lost_.assign(options_.size, false);
-  asio::co_spawn(io_, acceptLoop(), asio::detached);
+  asio::co_spawn(io_, acceptLoop(acceptor_), asio::detached);
+  if (localAcceptor_.is_open()) asio::co_spawn(io_, acceptLoop(localAcceptor_), asio::detached);
   thread_ = std::thread([this] { io_.run(); });
 }
 
-asio::awaitable<void> AsioTransport::acceptLoop() {
+template <class Acceptor>
+asio::awaitable<void> AsioTransport::acceptLoop(Acceptor& acceptor) {
   for (;;) {
     boost::system::error_code ec;
-    tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+    Socket socket(io_);
+    co_await acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       log::get().warn("accept failed: {}", ec.message());
       continue;
@@ -506,6 +566,7 @@ void AsioTransport::stop(std::chrono::milliseconds flushTimeout) {
     asio::post(io_, [this, &closed] {
       boost::system::error_code ignored;
       acceptor_.close(ignored);
+      localAcceptor_.close(ignored);
       std::lock_guard lock(mutex_);
       for (auto& link : out_) {
         if (link) link->close();

@@ -1,4 +1,5 @@
-// Two Asio transports in one process, as ranks 0 and 1 of a job of 2.
+// Two Asio transports in one process, as ranks 0 and 1 of a job of 2: one
+// conformance suite, run over TCP and over same-host Unix sockets.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -69,13 +70,27 @@ class Node {
   std::vector<Rank> lost;
 };
 
-void startPair(Node& a, Node& b) {
-  std::vector<Endpoint> peers{a.transport->localEndpoint(), b.transport->localEndpoint()};
-  a.start(peers);
-  b.start(peers);
-}
+class AsioTransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  bool overTcp() const { return GetParam() == "tcp"; }
 
-TEST(AsioTransport, DeliversInSendOrder) {
+  Endpoint reachable(const Node& node) const {
+    Endpoint endpoint = node.transport->localEndpoint();
+    if (overTcp()) endpoint.local.clear();
+    return endpoint;
+  }
+
+  void startPair(Node& a, Node& b) {
+    std::vector<Endpoint> peers{reachable(a), reachable(b)};
+    ASSERT_NE(peers[1].local.empty(), !overTcp());
+    a.start(peers);
+    b.start(peers);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Links, AsioTransportTest, ::testing::Values("tcp", "unix"));
+
+TEST_P(AsioTransportTest, DeliversInSendOrder) {
   Secret secret = randomSecret();
   Node a(0, secret), b(1, secret);
   startPair(a, b);
@@ -89,7 +104,7 @@ TEST(AsioTransport, DeliversInSendOrder) {
   EXPECT_TRUE(a.failed.empty());
 }
 
-TEST(AsioTransport, LargeFramesArriveWhole) {
+TEST_P(AsioTransportTest, LargeFramesArriveWhole) {
   Secret secret = randomSecret();
   Node a(0, secret), b(1, secret);
   startPair(a, b);
@@ -102,7 +117,7 @@ TEST(AsioTransport, LargeFramesArriveWhole) {
   EXPECT_EQ(b.received[1].payload, "after");
 }
 
-TEST(AsioTransport, AWrongSecretNeverDelivers) {
+TEST_P(AsioTransportTest, AWrongSecretNeverDelivers) {
   Node a(0, randomSecret()), b(1, randomSecret());
   startPair(a, b);
   a.send(1, "intruder");
@@ -114,7 +129,7 @@ TEST(AsioTransport, AWrongSecretNeverDelivers) {
   EXPECT_TRUE(b.received.empty());
 }
 
-TEST(AsioTransport, AFrameOverTheLimitClosesThatLinkOnly) {
+TEST_P(AsioTransportTest, AFrameOverTheLimitClosesThatLinkOnly) {
   Secret secret = randomSecret();
   wire::FrameLimits small;
   small.maxPayloadBytes = 1024;
@@ -130,7 +145,7 @@ TEST(AsioTransport, AFrameOverTheLimitClosesThatLinkOnly) {
   EXPECT_TRUE(b.lost.empty());  // a protocol error is not a lost process
 }
 
-TEST(AsioTransport, APeerThatStopsIsReportedLost) {
+TEST_P(AsioTransportTest, APeerThatStopsIsReportedLost) {
   Secret secret = randomSecret();
   Node a(0, secret), b(1, secret);
   startPair(a, b);
@@ -144,10 +159,11 @@ TEST(AsioTransport, APeerThatStopsIsReportedLost) {
   EXPECT_EQ(a.failed[0], "too late");
 }
 
-TEST(AsioTransport, UnreachablePeerFailsTheSend) {
+TEST_P(AsioTransportTest, UnreachablePeerFailsTheSend) {
   Secret secret = randomSecret();
   Node a(0, secret);
-  a.start({a.transport->localEndpoint(), {"127.0.0.1", 1}});  // nothing listens on port 1
+  Endpoint nobody{"127.0.0.1", 1, overTcp() ? "" : "crown-nobody-listens-here"};  // nor on port 1
+  a.start({reachable(a), nobody});
   a.send(1, "nobody");
   ASSERT_TRUE(a.waitFor([&] { return a.failed.size() == 1 && a.lost.size() == 1; }));
 }
