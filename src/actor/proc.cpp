@@ -5,9 +5,9 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
-#include "actor/executor.h"
 #include "actor/proc_agent.h"
 #include "crown/common/log.h"
 
@@ -81,7 +81,11 @@ struct Proc::Impl {
   Proc& self;
   Options options;
   std::unique_ptr<transport::Transport> transport;
-  detail::Executor executor;
+  std::shared_ptr<transport::IoPool> pool;
+  // Drains queued or running; stop() waits for them so that replies they
+  // send (a Shutdown's acknowledgement, say) are flushed.
+  std::atomic<int> activeDrains{0};
+  std::atomic<bool> stopping{false};
 
   std::mutex actorsMutex;
   std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> actors;
@@ -101,8 +105,23 @@ struct Proc::Impl {
   std::function<void(Rank, const std::string&)> peerLostHandler;
 
   Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
-      : self(proc), options(std::move(opts)), transport(std::move(t)), executor(options.actorThreads) {
+      : self(proc), options(std::move(opts)), transport(std::move(t)), pool(options.pool) {
+    CROWN_CHECK(pool != nullptr, "crown::Proc needs an IoPool");
     lost.assign(options.size, false);
+  }
+
+  // `onThisThread`: run the drain on this pool thread after its current
+  // task (the network read that delivered the message), saving a hand-off.
+  // Never from a handler, which may block after sending and so hold up the
+  // drain it deferred.
+  void scheduleDrain(const std::shared_ptr<Cell>& cell, bool onThisThread) {
+    ++activeDrains;
+    auto task = [this, cell] { drain(cell); };
+    if (onThisThread) {
+      pool->defer(std::move(task));
+    } else {
+      pool->post(std::move(task));
+    }
   }
 
   ActorId host(std::unique_ptr<Actor> actor, std::uint64_t local, std::string name) {
@@ -128,7 +147,7 @@ struct Proc::Impl {
   void route(OutMessage message) {
     Rank to = message.envelope.dest.rank;
     if (to == options.rank) {
-      deliver(std::move(message.envelope), std::move(message.payload));
+      deliver(std::move(message.envelope), std::move(message.payload), false);
       return;
     }
     if (to >= options.size) {
@@ -156,8 +175,8 @@ struct Proc::Impl {
     complete(Outcome{error, {}, {}});
   }
 
-  // io thread (remote) or the sender's thread (local).
-  void deliver(Envelope&& envelope, wire::Bytes&& payload) {
+  // A pool thread that read it (fromNetwork), or the sender's thread (local).
+  void deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwork) {
     switch (envelope.kind) {
       case MessageKind::kReply:
       case MessageKind::kFailure:
@@ -188,7 +207,7 @@ struct Proc::Impl {
       cell->mailbox.push_back({std::move(envelope), std::move(payload)});
       schedule = !std::exchange(cell->scheduled, true);
     }
-    if (schedule) executor.post([this, cell] { drain(cell); });
+    if (schedule) scheduleDrain(cell, fromNetwork);
   }
 
   void completeRequest(Envelope&& envelope, wire::Bytes&& payload) {
@@ -218,8 +237,9 @@ struct Proc::Impl {
       Delivery delivery;
       {
         std::lock_guard lock(cell->mutex);
-        if (cell->mailbox.empty()) {
+        if (cell->mailbox.empty() || stopping) {
           cell->scheduled = false;
+          --activeDrains;
           return;
         }
         delivery = std::move(cell->mailbox.front());
@@ -227,7 +247,8 @@ struct Proc::Impl {
       }
       run(*cell->actor, delivery);
     }
-    executor.post([this, cell] { drain(cell); });  // yield the thread to other actors
+    --activeDrains;
+    scheduleDrain(cell, false);  // yield the thread to other actors
   }
 
   void run(Actor& actor, Delivery& delivery) {
@@ -310,7 +331,7 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   impl_->host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
   transport::TransportCallbacks callbacks;
   callbacks.onMessage = [impl = impl_.get()](Rank, wire::Envelope&& envelope, wire::Bytes&& payload) {
-    impl->deliver(std::move(envelope), std::move(payload));
+    impl->deliver(std::move(envelope), std::move(payload), true);
   };
   callbacks.onSendFailed = [impl = impl_.get()](Rank to, OutMessage&& message, const std::string& reason) {
     impl->failMessage(message, impl->lostError(to, reason));
@@ -319,6 +340,7 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
     impl->onPeerLost(peer, reason);
   };
   impl_->transport->start(std::move(peers), std::move(callbacks));
+  impl_->pool->start();
   g_proc = this;
 }
 
@@ -410,8 +432,15 @@ void Proc::stop(std::chrono::milliseconds flushTimeout) {
     std::lock_guard lock(impl_->shutdownMutex);
     if (!impl_->shutdownCode) impl_->shutdownCode = 0;
   }
-  impl_->executor.stop();
+  if (impl_->stopping.exchange(true)) return;
+  // Let running handlers finish and route their replies (bounded).
+  auto deadline = std::chrono::steady_clock::now() + flushTimeout;
+  int self = impl_->pool->inPool() ? 1 : 0;
+  while (impl_->activeDrains > self && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   impl_->transport->stop(flushTimeout);
+  impl_->pool->stop();
   std::vector<detail::Completion> orphans;
   {
     std::lock_guard lock(impl_->pendingMutex);

@@ -73,6 +73,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   Topology& topo = self.topology_;
   transport::Secret secret{};
   std::unique_ptr<transport::Transport> fabric;
+  auto pool = std::make_shared<transport::IoPool>();
   std::vector<RankRecord> records;
 
   self.onMpiThread([&] {
@@ -124,6 +125,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
       options.connectTimeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
       options.authTimeout = env::millis("CROWN_AUTH_TIMEOUT_MS", 5s);
       options.listenLocal = env::get("CROWN_SAME_HOST_TRANSPORT").value_or("unix") != "tcp";
+      options.pool = pool;
       fabric = transport::makeAsioTransport(options);
       copyText(mine.address, sizeof mine.address, fabric->localEndpoint().host);
       mine.port = fabric->localEndpoint().port;
@@ -160,8 +162,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   }
   self.endpoint_ = peers[topo.rank];
 
-  Proc::Options procOptions{topo.rank, topo.size, topo.hostNames,
-                            static_cast<int>(env::integer("CROWN_ACTOR_THREADS", 4, 1, 1024))};
+  Proc::Options procOptions{topo.rank, topo.size, topo.hostNames, pool};
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "crown/common/blocking.h"
 #include "crown/common/error.h"
 #include "crown/common/spin_wait.h"
 
@@ -51,6 +52,7 @@ class FutureState {
   /// Waits until ready or until `deadline`; true when ready.
   bool waitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
     if (spinUntil([this] { return readyFlag_.load(std::memory_order_acquire); })) return true;
+    BlockingScope blocking;  // a pool thread about to block lets its pool compensate
     std::unique_lock lock(mutex_);
     if (!deadline) {
       ready_cv_.wait(lock, [this] { return ready_; });

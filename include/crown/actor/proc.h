@@ -1,7 +1,8 @@
-// Proc: the per-process runtime. It hosts this rank's actors (mailboxes on
-// an executor of CROWN_ACTOR_THREADS threads), routes messages (in-process
-// when the destination is local, else over the Transport), and tracks the
-// requests waiting for replies. Thread-safe: any thread may send or request.
+// Proc: the per-process runtime. It hosts this rank's actors (mailboxes
+// drained on the IoPool that also runs the links, so a request is handled on
+// the thread that read it), routes messages (in-process when the
+// destination is local, else over the Transport), and tracks the requests
+// waiting for replies. Thread-safe: any thread may send or request.
 //
 // Every Proc also hosts the proc agent (local id 1), which spawns actors by
 // registered type, stops them, and takes the controller's Shutdown.
@@ -55,7 +56,8 @@ class Proc {
     Rank rank = 0;
     Rank size = 1;
     std::vector<std::string> hosts;  ///< host name of every rank
-    int actorThreads = 4;
+    /// Threads for actors and links alike; the transport must run on it too.
+    std::shared_ptr<transport::IoPool> pool;
   };
 
   /// Starts serving: the transport is started with `peers` (every rank's endpoint).

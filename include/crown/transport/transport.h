@@ -1,5 +1,5 @@
-// A Transport moves frames between the ranks of one job. It owns its own io
-// thread; callbacks run on that thread and must not block. send() may be
+// A Transport moves frames between the ranks of one job. Its links run on an
+// IoPool; callbacks run on the pool's threads and may hand work to the pool. send() may be
 // called from any thread; frames from one thread to one peer arrive in the
 // order they were sent (the transport's half of ORD-1).
 //
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "crown/transport/auth.h"
+#include "crown/transport/io_pool.h"
 #include "crown/wire/envelope.h"
 #include "crown/wire/frame.h"
 #include "crown/wire/serialize.h"
@@ -70,6 +71,9 @@ struct AsioOptions {
   /// Also listen on an abstract Unix socket, so that ranks on this host skip
   /// the TCP/IP stack (CROWN_SAME_HOST_TRANSPORT=tcp turns this off).
   bool listenLocal = true;
+  /// The threads that run the links (shared with the actors); when null the
+  /// transport makes and runs its own pool of one thread.
+  std::shared_ptr<IoPool> pool;
 };
 
 /// The Boost.Asio transport: TCP between hosts, Unix domain sockets within

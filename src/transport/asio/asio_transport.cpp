@@ -26,6 +26,7 @@
 #include "crown/common/log.h"
 #include "crown/transport/transport.h"
 #include "transport/asio/frame_reader.h"
+#include "transport/io_pool_impl.h"
 
 namespace crown::transport {
 namespace {
@@ -33,6 +34,9 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using Socket = asio::generic::stream_protocol::socket;  // TCP or Unix
+// Every link runs on its own strand: the pool has several threads, and one
+// link's socket, queue and timers are touched by one of them at a time.
+using Strand = asio::strand<asio::io_context::executor_type>;
 using namespace std::chrono_literals;
 
 constexpr std::size_t kMaxBatchFrames = 256;
@@ -83,7 +87,8 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
   void send(OutMessage message);
   // io thread: flush state for stop().
   bool idle();
-  void close();
+  void close();  // on the strand
+  Strand& strand() { return strand_; }
 
  private:
   enum class State { kIdle, kConnecting, kReady, kDead };
@@ -96,6 +101,7 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
 
   AsioTransport& transport_;
   Rank peer_;
+  Strand strand_;
   Socket socket_;
   std::mutex mutex_;
   State state_ = State::kIdle;
@@ -107,14 +113,17 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
 // An accepted connection: authenticate the peer, then read frames from it.
 class InLink : public std::enable_shared_from_this<InLink> {
  public:
-  InLink(AsioTransport& transport, Socket socket);
+  /// `socket` was accepted on `strand`.
+  InLink(AsioTransport& transport, Strand strand, Socket socket);
   void start();
-  void close();
+  void close();  // on the strand
+  Strand& strand() { return strand_; }
 
  private:
   asio::awaitable<void> run();
 
   AsioTransport& transport_;
+  Strand strand_;
   Socket socket_;
   std::string remote_;
 };
@@ -130,7 +139,7 @@ class AsioTransport final : public Transport {
   void stop(std::chrono::milliseconds flushTimeout) override;
 
   // For the links.
-  asio::io_context& io() { return io_; }
+  asio::io_context& io() { return pool_->impl().io; }
   const AsioOptions& options() const { return options_; }
   const Endpoint& peer(Rank rank) const { return peers_.at(rank); }
   const TransportCallbacks& callbacks() const { return callbacks_; }
@@ -143,14 +152,15 @@ class AsioTransport final : public Transport {
   asio::awaitable<void> acceptLoop(Acceptor& acceptor);
 
   AsioOptions options_;
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::shared_ptr<IoPool> pool_;
+  bool ownsPool_ = false;
+  Strand acceptStrand_;
   tcp::acceptor acceptor_;
   asio::local::stream_protocol::acceptor localAcceptor_;
   Endpoint local_;
   std::vector<Endpoint> peers_;
   TransportCallbacks callbacks_;
-  std::thread thread_;
+  bool started_ = false;
   std::atomic<bool> stopping_{false};
 
   std::mutex mutex_;  // guards out_, lost_, in_
@@ -162,7 +172,7 @@ class AsioTransport final : public Transport {
 // ---------------------------------------------------------------- OutLink
 
 OutLink::OutLink(AsioTransport& transport, Rank peer)
-    : transport_(transport), peer_(peer), socket_(transport.io()) {}
+    : transport_(transport), peer_(peer), strand_(asio::make_strand(transport.io())), socket_(strand_) {}
 
 void OutLink::send(OutMessage message) {
   QueuedFrame frame{wire::encodeFrameHead(message.envelope, message.payload.size()),
@@ -177,7 +187,7 @@ void OutLink::send(OutMessage message) {
     case State::kIdle:
       state_ = State::kConnecting;
       queue_.push_back(std::move(frame));
-      asio::co_spawn(transport_.io(), connectAndAuthenticate(),
+      asio::co_spawn(strand_, connectAndAuthenticate(),
                      [self = shared_from_this()](std::exception_ptr error) {
                        if (!error) return;
                        try {
@@ -201,7 +211,7 @@ void OutLink::send(OutMessage message) {
       queue_.push_back(std::move(frame));
       if (!writing_) {
         writing_ = true;
-        asio::post(transport_.io(), [self = shared_from_this()] { self->startWrite(); });
+        asio::post(strand_, [self = shared_from_this()] { self->startWrite(); });
       }
       return;
     }
@@ -222,7 +232,7 @@ bool OutLink::tryWriteDirect(QueuedFrame& frame) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
     // Hand the error to the io thread, which owns the socket's lifetime.
     int error = errno;
-    asio::post(transport_.io(), [self = shared_from_this(), error] {
+    asio::post(strand_, [self = shared_from_this(), error] {
       self->fail(std::string("send failed: ") + std::strerror(error));
     });
     return false;  // the frame stays queued and is handed back by fail()
@@ -261,7 +271,7 @@ void OutLink::startWrite() {
   // Buffers point into queue_ entries: deque::push_back never moves existing
   // elements, and only this completion pops them.
   asio::async_write(socket_, buffers,
-                    [self = shared_from_this(), frames](boost::system::error_code ec, std::size_t) {
+                    asio::bind_executor(strand_, [self = shared_from_this(), frames](boost::system::error_code ec, std::size_t) {
                       if (ec) {
                         self->fail("write failed: " + ec.message());
                         return;
@@ -273,7 +283,7 @@ void OutLink::startWrite() {
                         }
                       }
                       self->startWrite();
-                    });
+                    }));
 }
 
 void OutLink::fail(const std::string& reason) {
@@ -284,7 +294,7 @@ void OutLink::fail(const std::string& reason) {
     state_ = State::kDead;
     lost.swap(queue_);
   }
-  asio::post(transport_.io(), [self = shared_from_this()] {
+  asio::post(strand_, [self = shared_from_this()] {
     boost::system::error_code ignored;
     self->socket_.close(ignored);
   });
@@ -311,7 +321,7 @@ void OutLink::close() {
 asio::awaitable<void> OutLink::connectAndAuthenticate() {
   const auto& options = transport_.options();
   const auto& endpoint = transport_.peer(peer_);
-  asio::steady_timer deadline(transport_.io());
+  asio::steady_timer deadline(strand_);
   deadline.expires_after(options.connectTimeout + options.authTimeout);
   bool expired = false;
   deadline.async_wait([this, &expired](boost::system::error_code ec) {
@@ -379,14 +389,14 @@ asio::awaitable<void> OutLink::watchForClose() {
 
 // ---------------------------------------------------------------- InLink
 
-InLink::InLink(AsioTransport& transport, Socket socket)
-    : transport_(transport), socket_(std::move(socket)), remote_(describePeer(socket_)) {
+InLink::InLink(AsioTransport& transport, Strand strand, Socket socket)
+    : transport_(transport), strand_(std::move(strand)), socket_(std::move(socket)), remote_(describePeer(socket_)) {
   boost::system::error_code ignored;
   if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
 }
 
 void InLink::start() {
-  asio::co_spawn(transport_.io(), run(), [self = shared_from_this()](std::exception_ptr) {
+  asio::co_spawn(strand_, run(), [self = shared_from_this()](std::exception_ptr) {
     self->close();
     self->transport_.forget(self);
   });
@@ -403,7 +413,7 @@ asio::awaitable<void> InLink::run() {
   // SEC-1: nothing is read as a frame until the peer has proved it holds the
   // job secret; a peer that stalls is cut off by the deadline.
   {
-    asio::steady_timer deadline(transport_.io());
+    asio::steady_timer deadline(strand_);
     deadline.expires_after(options.authTimeout);
     deadline.async_wait([this](boost::system::error_code ec) {
       if (!ec) close();
@@ -454,7 +464,12 @@ asio::awaitable<void> InLink::run() {
 // ---------------------------------------------------------------- AsioTransport
 
 AsioTransport::AsioTransport(const AsioOptions& options)
-    : options_(options), work_(io_.get_executor()), acceptor_(io_), localAcceptor_(io_) {
+    : options_(options),
+      pool_(options.pool ? options.pool : std::make_shared<IoPool>()),
+      ownsPool_(!options.pool),
+      acceptStrand_(asio::make_strand(pool_->impl().io)),
+      acceptor_(acceptStrand_),
+      localAcceptor_(acceptStrand_) {
   try {
     tcp::endpoint endpoint(asio::ip::make_address(options.bindAddress), 0);
     acceptor_.open(endpoint.protocol());
@@ -496,23 +511,25 @@ void AsioTransport::start(std::vector<Endpoint> peers, TransportCallbacks callba
   callbacks_ = std::move(callbacks);
   out_.resize(options_.size);
   lost_.assign(options_.size, false);
-  asio::co_spawn(io_, acceptLoop(acceptor_), asio::detached);
-  if (localAcceptor_.is_open()) asio::co_spawn(io_, acceptLoop(localAcceptor_), asio::detached);
-  thread_ = std::thread([this] { io_.run(); });
+  asio::co_spawn(acceptStrand_, acceptLoop(acceptor_), asio::detached);
+  if (localAcceptor_.is_open()) asio::co_spawn(acceptStrand_, acceptLoop(localAcceptor_), asio::detached);
+  started_ = true;
+  if (ownsPool_) pool_->start();
 }
 
 template <class Acceptor>
 asio::awaitable<void> AsioTransport::acceptLoop(Acceptor& acceptor) {
   for (;;) {
     boost::system::error_code ec;
-    Socket socket(io_);
+    Strand strand = asio::make_strand(io());
+    Socket socket(strand);
     co_await acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       log::get().warn("accept failed: {}", ec.message());
       continue;
     }
-    auto link = std::make_shared<InLink>(*this, std::move(socket));
+    auto link = std::make_shared<InLink>(*this, std::move(strand), std::move(socket));
     {
       std::lock_guard lock(mutex_);
       in_.insert(link);
@@ -550,35 +567,45 @@ void AsioTransport::forget(const std::shared_ptr<InLink>& link) {
 }
 
 void AsioTransport::stop(std::chrono::milliseconds flushTimeout) {
-  if (stopping_.exchange(true)) return;
-  if (thread_.joinable()) {
-    auto deadline = std::chrono::steady_clock::now() + flushTimeout;
-    for (;;) {
-      bool idle = true;
-      {
-        std::lock_guard lock(mutex_);
-        for (auto& link : out_) idle = idle && (!link || link->idle());
-      }
-      if (idle || std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(1ms);
-    }
-    std::promise<void> closed;
-    asio::post(io_, [this, &closed] {
-      boost::system::error_code ignored;
-      acceptor_.close(ignored);
-      localAcceptor_.close(ignored);
+  if (stopping_.exchange(true) || !started_) return;
+  auto deadline = std::chrono::steady_clock::now() + flushTimeout;
+  for (;;) {
+    bool idle = true;
+    {
       std::lock_guard lock(mutex_);
-      for (auto& link : out_) {
-        if (link) link->close();
-      }
-      for (auto& link : in_) link->close();
-      closed.set_value();
-    });
-    closed.get_future().wait_for(1s);
-    work_.reset();
-    io_.stop();
-    thread_.join();
+      for (auto& link : out_) idle = idle && (!link || link->idle());
+    }
+    if (idle || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(1ms);
   }
+  // Close everything, each on its own strand, and wait (bounded) for that.
+  std::vector<std::shared_ptr<OutLink>> outs;
+  std::vector<std::shared_ptr<InLink>> ins;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& link : out_) {
+      if (link) outs.push_back(link);
+    }
+    ins.assign(in_.begin(), in_.end());
+  }
+  auto pending = std::make_shared<std::atomic<std::size_t>>(1 + outs.size() + ins.size());
+  auto allClosed = std::make_shared<std::promise<void>>();
+  auto done = allClosed->get_future();
+  auto closeOn = [&](Strand& strand, std::function<void()> close) {
+    asio::post(strand, [close = std::move(close), pending, allClosed] {
+      close();
+      if (pending->fetch_sub(1) == 1) allClosed->set_value();
+    });
+  };
+  closeOn(acceptStrand_, [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    localAcceptor_.close(ignored);
+  });
+  for (auto& link : outs) closeOn(link->strand(), [link] { link->close(); });
+  for (auto& link : ins) closeOn(link->strand(), [link] { link->close(); });
+  done.wait_for(1s);
+  if (ownsPool_) pool_->stop();
 }
 
 }  // namespace

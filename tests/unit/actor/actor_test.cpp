@@ -71,9 +71,10 @@ class ActorTest : public ::testing::Test {
     transport::AsioOptions options;
     options.bindAddress = "127.0.0.1";
     options.secret = transport::randomSecret();
+    options.pool = std::make_shared<transport::IoPool>();
     auto fabric = transport::makeAsioTransport(options);
     auto self = fabric->localEndpoint();
-    proc_ = std::make_unique<Proc>(Proc::Options{0, 1, {"localhost"}, 4}, std::move(fabric),
+    proc_ = std::make_unique<Proc>(Proc::Options{0, 1, {"localhost"}, options.pool}, std::move(fabric),
                                    std::vector<transport::Endpoint>{self});
   }
   void TearDown() override { proc_.reset(); }

@@ -1,0 +1,174 @@
+#include "transport/io_pool_impl.h"
+
+#include "crown/common/blocking.h"
+#include "crown/common/env.h"
+#include "crown/common/log.h"
+
+namespace crown::transport {
+namespace {
+
+struct ThreadState {
+  IoPool::Impl* pool = nullptr;
+  IoPool::Impl::Worker* worker = nullptr;
+};
+thread_local ThreadState t_state;
+
+constexpr int kMaxThreads = 1024;
+
+}  // namespace
+
+IoPool::IoPool() : impl_(std::make_unique<Impl>()) {
+  impl_->budget = std::chrono::microseconds(env::integer("CROWN_INLINE_BUDGET_US", 2000, 100, 60000000));
+}
+
+IoPool::~IoPool() { stop(); }
+
+void IoPool::start() {
+  std::lock_guard lock(impl_->mutex);
+  if (!impl_->workers.empty() || impl_->stopped) return;
+  impl_->addRunner();
+  impl_->monitor = std::thread([impl = impl_.get()] { impl->monitorMain(); });
+}
+
+namespace {
+// Every task posted through the pool counts as busy time of its thread.
+std::function<void()> asTask(IoPool::Impl& pool, std::function<void()> task) {
+  return [&pool, task = std::move(task)] {
+    if (t_state.pool == &pool) {
+      pool.runTask(*t_state.worker, task);
+    } else {
+      task();
+    }
+  };
+}
+}  // namespace
+
+void IoPool::post(std::function<void()> task) { boost::asio::post(impl_->io, asTask(*impl_, std::move(task))); }
+
+void IoPool::defer(std::function<void()> task) { boost::asio::defer(impl_->io, asTask(*impl_, std::move(task))); }
+
+void IoPool::stop() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+  }
+  impl_->parked.notify_all();
+  impl_->monitorCv.notify_all();
+  impl_->work.reset();
+  impl_->io.stop();
+  if (impl_->monitor.joinable()) impl_->monitor.join();
+  for (auto& worker : impl_->workers) {
+    if (worker.thread.get_id() == std::this_thread::get_id()) {
+      worker.thread.detach();  // stopping from inside the pool: this thread returns on its own
+    } else if (worker.thread.joinable()) {
+      worker.thread.join();
+    }
+  }
+}
+
+bool IoPool::inPool() const { return t_state.pool == impl_.get(); }
+
+int IoPool::runningThreads() const {
+  std::lock_guard lock(impl_->mutex);
+  int running = 0;
+  for (const auto& worker : impl_->workers) running += worker.running && !worker.blocked;
+  return running;
+}
+
+int IoPool::Impl::available() const {
+  int count = 0;
+  for (const auto& worker : workers) {
+    count += worker.running && !worker.blocked && worker.busySince == Clock::time_point{};
+  }
+  return count;
+}
+
+void IoPool::Impl::addRunner() {
+  for (auto& worker : workers) {
+    if (!worker.running) {  // parked: put it back to work
+      worker.running = true;
+      parked.notify_all();
+      return;
+    }
+  }
+  if (static_cast<int>(workers.size()) >= kMaxThreads) {
+    log::get().error("io pool at {} threads: every one is blocked or busy", kMaxThreads);
+    return;
+  }
+  Worker& worker = workers.emplace_back();
+  worker.running = true;
+  worker.thread = std::thread([this, &worker] { workerMain(worker); });
+}
+
+void IoPool::Impl::workerMain(Worker& self) {
+  t_state = {this, &self};
+  detail::BlockingHooks hooks{[](void*) { t_state.pool->enterBlocking(*t_state.worker); },
+                              [](void*) { t_state.pool->leaveBlocking(*t_state.worker); }, nullptr};
+  detail::setBlockingHooks(&hooks);
+  std::unique_lock lock(mutex);
+  while (!stopped) {
+    parked.wait(lock, [this, &self] { return stopped || self.running; });
+    if (stopped) break;
+    lock.unlock();
+    io.run_one();
+    lock.lock();
+    // One free thread keeps the links; the others park until needed.
+    if (available() > 1) self.running = false;
+  }
+  self.running = false;
+  detail::setBlockingHooks(nullptr);
+}
+
+void IoPool::Impl::runTask(Worker& self, const std::function<void()>& task) {
+  {
+    std::lock_guard lock(mutex);
+    self.busySince = Clock::now();
+    ++tasksStarted;
+    if (monitorAsleep) {  // only the first task after an idle spell wakes the monitor
+      monitorAsleep = false;
+      monitorCv.notify_one();
+    }
+  }
+  task();
+  std::lock_guard lock(mutex);
+  self.busySince = {};
+}
+
+void IoPool::Impl::enterBlocking(Worker& self) {
+  std::lock_guard lock(mutex);
+  self.blocked = true;
+  if (!stopped && available() == 0) addRunner();  // someone must read the reply we wait for
+}
+
+void IoPool::Impl::leaveBlocking(Worker& self) {
+  std::lock_guard lock(mutex);
+  self.blocked = false;
+}
+
+// Gives a long-running task company: when no thread is free and the oldest
+// task has run past the budget, another thread takes over the links. While
+// tasks keep coming it looks every budget period; after a period without
+// any it sleeps until the next task starts.
+void IoPool::Impl::monitorMain() {
+  std::unique_lock lock(mutex);
+  std::uint64_t seen = tasksStarted;
+  while (!stopped) {
+    Clock::time_point oldest = Clock::time_point::max();
+    for (const auto& worker : workers) {
+      if (worker.running && !worker.blocked && worker.busySince != Clock::time_point{}) {
+        oldest = std::min(oldest, worker.busySince);
+      }
+    }
+    if (available() == 0 && oldest != Clock::time_point::max() && Clock::now() - oldest >= budget) {
+      addRunner();
+    } else if (oldest == Clock::time_point::max() && seen == tasksStarted) {
+      monitorAsleep = true;
+      monitorCv.wait(lock, [this] { return stopped || !monitorAsleep; });
+    }
+    seen = tasksStarted;
+    monitorCv.wait_for(lock, budget);
+  }
+}
+
+}  // namespace crown::transport
