@@ -1,5 +1,6 @@
-// Payload serialization: Boost.Serialization binary archives, and the stable
-// names messages are registered under. Any thread.
+// Payload serialization: Boost.Serialization through crown's binary archives
+// (wire/archive.h), and the stable names messages are registered under.
+// Any thread.
 //
 // A message is any default-constructible type with a Boost.Serialization
 // `serialize`. Its name defaults to its demangled C++ type name, which every
@@ -7,19 +8,17 @@
 // explicitly (do this for types shared between different programs).
 #pragma once
 
-#include <boost/archive/binary_iarchive.hpp>
-#include <boost/archive/binary_oarchive.hpp>
 #include <boost/serialization/map.hpp>
 #include <boost/serialization/string.hpp>
 #include <boost/serialization/utility.hpp>
 #include <boost/serialization/vector.hpp>
 #include <cstddef>
-#include <streambuf>
 #include <string>
 #include <tuple>
 #include <typeinfo>
 
 #include "crown/common/error.h"
+#include "crown/wire/archive.h"
 
 namespace crown::wire {
 
@@ -39,47 +38,20 @@ const std::string& messageName() {
   return name;
 }
 
-namespace detail {
-// Appends to a std::string without the copy an ostringstream makes.
-class StringSink : public std::streambuf {
- public:
-  explicit StringSink(std::string& out) : out_(out) {}
-
- protected:
-  int_type overflow(int_type c) override;
-  std::streamsize xsputn(const char* s, std::streamsize n) override;
-
- private:
-  std::string& out_;
-};
-
-// Reads a byte range in place.
-class MemorySource : public std::streambuf {
- public:
-  MemorySource(const char* data, std::size_t size);
-};
-
-constexpr unsigned kArchiveFlags = boost::archive::no_header | boost::archive::no_codecvt;
-}  // namespace detail
-
 template <class T>
 Bytes toBytes(const T& value) {
   Bytes out;
-  detail::StringSink sink(out);
-  {
-    boost::archive::binary_oarchive archive(sink, detail::kArchiveFlags);
-    archive << value;
-  }
+  OArchive archive(out);
+  archive << value;
   return out;
 }
 
 /// Throws ProtocolError when the bytes do not hold a T.
 template <class T>
 T fromBytes(const char* data, std::size_t size) {
-  detail::MemorySource source(data, size);
   T value{};
   try {
-    boost::archive::binary_iarchive archive(source, detail::kArchiveFlags);
+    IArchive archive(data, size);
     archive >> value;
   } catch (const std::exception& e) {
     throw ProtocolError("cannot decode a " + messageName<T>() + " from " +
@@ -108,21 +80,17 @@ namespace crown::wire {
 template <class... Ts>
 Bytes packValues(const Ts&... values) {
   Bytes out;
-  detail::StringSink sink(out);
-  {
-    boost::archive::binary_oarchive archive(sink, detail::kArchiveFlags);
-    ((archive << values), ...);
-  }
+  OArchive archive(out);
+  ((archive << values), ...);
   return out;
 }
 
 /// Throws ProtocolError when the bytes do not hold exactly these types.
 template <class... Ts>
 std::tuple<Ts...> unpackValues(const Bytes& bytes) {
-  detail::MemorySource source(bytes.data(), bytes.size());
   std::tuple<Ts...> values;
   try {
-    boost::archive::binary_iarchive archive(source, detail::kArchiveFlags);
+    IArchive archive(bytes.data(), bytes.size());
     std::apply([&archive](auto&... value) { ((archive >> value), ...); }, values);
   } catch (const std::exception& e) {
     throw ProtocolError(std::string("cannot decode arguments: ") + e.what());

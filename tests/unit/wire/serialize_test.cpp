@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "crown/wire/envelope.h"
 #include "crown/wire/serialize.h"
 
@@ -43,6 +45,25 @@ TEST(Serialize, TruncatedPayloadIsAProtocolError) {
   Bytes bytes = toBytes(Sample{1, "a long enough string", {1, 2, 3}, {}});
   bytes.resize(bytes.size() / 2);
   EXPECT_THROW(fromBytes<Sample>(bytes), ProtocolError);
+}
+
+TEST(Serialize, ALengthBeyondThePayloadFailsBeforeAllocating) {
+  Bytes bytes = toBytes(std::string("short"));
+  std::size_t huge = std::size_t{1} << 60;  // would be an exabyte if believed
+  std::memcpy(bytes.data(), &huge, sizeof huge);
+  EXPECT_THROW(fromBytes<std::string>(bytes), ProtocolError);
+  std::vector<double> values(1000, 0.5);
+  Bytes vector = toBytes(values);
+  vector.resize(vector.size() - 1);
+  EXPECT_THROW(fromBytes<std::vector<double>>(vector), ProtocolError);
+}
+
+TEST(Serialize, LargeArraysRoundTripBitExactly) {
+  std::vector<double> values(1 << 16);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) / 3.0;
+  Bytes bytes = toBytes(values);
+  EXPECT_LT(bytes.size(), values.size() * sizeof(double) + 64);  // one block, not element by element
+  EXPECT_EQ(fromBytes<std::vector<double>>(bytes), values);
 }
 
 TEST(Serialize, PackedValuesRoundTrip) {

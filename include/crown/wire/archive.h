@@ -1,0 +1,125 @@
+// crown's Boost.Serialization archives: the binary format of Boost's
+// binary_oarchive (native byte order, no header), written straight into a
+// std::string and read straight from memory. Boost's own binary archives
+// build a std::locale for every archive, which on small messages costs more
+// than the message itself; these build none. Any serialize() written for
+// Boost archives works with them. One archive per message, one thread.
+#pragma once
+
+#include <boost/archive/basic_binary_iarchive.hpp>
+#include <boost/archive/basic_binary_oarchive.hpp>
+#include <boost/archive/detail/register_archive.hpp>
+#include <boost/serialization/array_wrapper.hpp>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace crown::wire {
+
+class OArchive : public boost::archive::basic_binary_oarchive<OArchive> {
+ public:
+  explicit OArchive(std::string& out)
+      : boost::archive::basic_binary_oarchive<OArchive>(boost::archive::no_header), out_(out) {}
+
+  // The primitive interface that basic_binary_oarchive expects.
+  template <class T>
+  void save(const T& t) {
+    save_binary(&t, sizeof(T));
+  }
+  void save(const std::string& s) {
+    std::size_t length = s.size();
+    save(length);
+    save_binary(s.data(), length);
+  }
+  void save(const std::wstring& s) {
+    std::size_t length = s.size();
+    save(length);
+    save_binary(s.data(), length * sizeof(wchar_t));
+  }
+  void save(const char* s) { save(std::string(s)); }
+  void save_binary(const void* address, std::size_t count) {
+    out_.append(static_cast<const char*>(address), count);
+  }
+  struct use_array_optimization {
+    template <class T>
+    struct apply : std::is_arithmetic<T> {};
+  };
+  template <class ValueType>
+  void save_array(const boost::serialization::array_wrapper<ValueType>& a, unsigned int) {
+    save_binary(a.address(), a.count() * sizeof(ValueType));
+  }
+
+ private:
+  std::string& out_;
+};
+
+/// Throws boost::archive::archive_exception when the bytes run out; a length
+/// prefix larger than what is left fails before anything is allocated.
+class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
+ public:
+  IArchive(const char* data, std::size_t size)
+      : boost::archive::basic_binary_iarchive<IArchive>(boost::archive::no_header), at_(data), end_(data + size) {}
+
+  template <class T>
+  void load(T& t) {
+    load_binary(&t, sizeof(T));
+  }
+  void load(std::string& s) {
+    std::size_t length = 0;
+    load(length);
+    require(length);
+    s.assign(at_, length);
+    at_ += length;
+  }
+  void load(std::wstring& s) {
+    std::size_t length = 0;
+    load(length);
+    require(length * sizeof(wchar_t));
+    s.resize(length);
+    load_binary(s.data(), length * sizeof(wchar_t));
+  }
+  void load_binary(void* address, std::size_t count) {
+    require(count);
+    std::memcpy(address, at_, count);
+    at_ += count;
+  }
+  struct use_array_optimization {
+    template <class T>
+    struct apply : std::is_arithmetic<T> {};
+  };
+  template <class ValueType>
+  void load_array(boost::serialization::array_wrapper<ValueType>& a, unsigned int) {
+    load_binary(a.address(), a.count() * sizeof(ValueType));
+  }
+
+  std::size_t remaining() const { return static_cast<std::size_t>(end_ - at_); }
+
+  // Class names of exported (polymorphic) types. Boost defines this in a
+  // .ipp that also reads archive headers, which these archives do not have.
+  using boost::archive::basic_binary_iarchive<IArchive>::load_override;
+  void load_override(boost::archive::class_name_type& name) {
+    std::string text;
+    load_override(text);
+    if (text.size() > BOOST_SERIALIZATION_MAX_KEY_SIZE - 1) {
+      throw boost::archive::archive_exception(boost::archive::archive_exception::invalid_class_name);
+    }
+    std::memcpy(name, text.data(), text.size());
+    name.t[text.size()] = '\0';
+  }
+
+ private:
+  void require(std::size_t count) const {
+    if (count > remaining()) {
+      throw boost::archive::archive_exception(boost::archive::archive_exception::input_stream_error);
+    }
+  }
+
+  const char* at_;
+  const char* end_;
+};
+
+}  // namespace crown::wire
+
+BOOST_SERIALIZATION_REGISTER_ARCHIVE(crown::wire::OArchive)
+BOOST_SERIALIZATION_REGISTER_ARCHIVE(crown::wire::IArchive)
