@@ -97,7 +97,7 @@ class LatencyTarget : public crown::Actor {
 
     handle<StartMpiPong>([](const StartMpiPong& start) {
       // THR-1: the pong runs on this rank's MPI service thread; this handler
-      // holds one executor thread while it does.
+      // blocks its pool thread meanwhile (the pool lets another take the links).
       crown::Runtime::current().onMpiThread([&] {
         std::array<char, kMpiBytes> buffer{};
         auto deadline = mpiDeadline();

@@ -1,5 +1,7 @@
 #include "bootstrap/mpi_service.h"
 
+#include "crown/common/blocking.h"
+
 namespace crown::detail {
 
 MpiService::MpiService() : thread_([this] { loop(); }) {}
@@ -21,6 +23,7 @@ void MpiService::call(std::function<void()> fn) {
     tasks_.push_back(std::move(task));
   }
   wake_.notify_one();
+  detail::BlockingScope blocking;  // a pool thread waiting on MPI lets its pool compensate
   done.get();
 }
 

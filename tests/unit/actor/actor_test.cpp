@@ -1,5 +1,5 @@
 // Actors on a Proc of one rank: every send takes the in-process path, the
-// same mailboxes and executor as remote messages.
+// same mailboxes and thread pool as remote messages.
 #include <gtest/gtest.h>
 
 #include <atomic>
