@@ -78,7 +78,6 @@ struct Pending {
 }  // namespace
 
 struct Proc::Impl {
-  Proc& self;
   Options options;
   std::unique_ptr<transport::Transport> transport;
   std::shared_ptr<transport::IoPool> pool;
@@ -104,8 +103,8 @@ struct Proc::Impl {
   std::atomic<bool> unexpectedLoss{false};
   std::function<void(Rank, const std::string&)> peerLostHandler;
 
-  Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
-      : self(proc), options(std::move(opts)), transport(std::move(t)), pool(options.pool) {
+  Impl(Options opts, std::unique_ptr<transport::Transport> t)
+      : options(std::move(opts)), transport(std::move(t)), pool(options.pool) {
     CROWN_CHECK(pool != nullptr, "crown::Proc needs an IoPool");
     lost.assign(options.size, false);
   }
@@ -326,7 +325,7 @@ struct Proc::Impl {
 
 Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
            std::vector<transport::Endpoint> peers)
-    : impl_(std::make_unique<Impl>(*this, std::move(options), std::move(transport))) {
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(transport))) {
   CROWN_CHECK(g_proc == nullptr, "one crown::Proc per process");
   impl_->host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
   transport::TransportCallbacks callbacks;
@@ -435,8 +434,8 @@ void Proc::stop(std::chrono::milliseconds flushTimeout) {
   if (impl_->stopping.exchange(true)) return;
   // Let running handlers finish and route their replies (bounded).
   auto deadline = std::chrono::steady_clock::now() + flushTimeout;
-  int self = impl_->pool->inPool() ? 1 : 0;
-  while (impl_->activeDrains > self && std::chrono::steady_clock::now() < deadline) {
+  int ownDrain = impl_->pool->inPool() ? 1 : 0;  // stop() called from a handler
+  while (impl_->activeDrains > ownDrain && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   impl_->transport->stop(flushTimeout);
