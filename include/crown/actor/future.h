@@ -51,7 +51,10 @@ class FutureState {
 
   /// Waits until ready or until `deadline`; true when ready.
   bool waitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
-    if (spinUntil([this] { return readyFlag_.load(std::memory_order_acquire); })) return true;
+    // A pool thread does not spin: it may be the one that would read the reply.
+    if (blockingHooks() == nullptr && spinUntil([this] { return readyFlag_.load(std::memory_order_acquire); })) {
+      return true;
+    }
     BlockingScope blocking;  // a pool thread about to block lets its pool compensate
     std::unique_lock lock(mutex_);
     if (!deadline) {
