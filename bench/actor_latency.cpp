@@ -168,7 +168,8 @@ OverTcp measureCrownAndRawTcp(const crown::ActorRef<LatencyTarget>& target) {
   crownSamples.reserve(kIterations);
   rawSamples.reserve(kIterations);
   for (int block = 0; block < kBlocks; ++block) {
-    for (int i = 0; i < kIterations / kBlocks; ++i, ++seq) crownSamples.push_back(crownRoundTrip(target, seq));
+    for (int i = 0; i < kIterations / kBlocks; ++i, ++seq)
+      crownSamples.push_back(crownRoundTrip(target, seq));
     for (int i = 0; i < kIterations / kBlocks; ++i, ++seq) rawSamples.push_back(raw.roundTrip(seq));
   }
   return {summarize(std::move(crownSamples)), summarize(std::move(rawSamples))};
@@ -194,7 +195,8 @@ LatencySummary measureMpi(crown::Controller& ctl, const crown::ActorRef<LatencyT
       if (i >= kWarmup) samples.push_back(micros);
     }
   });
-  if (pong.get(std::chrono::seconds(30)) != rounds) throw std::runtime_error("mpi: pong count mismatch");
+  if (pong.get(std::chrono::seconds(30)) != rounds)
+    throw std::runtime_error("mpi: pong count mismatch");
   return summarize(std::move(samples));
 }
 
@@ -214,30 +216,29 @@ int main(int argc, char** argv) {
     LatencySummary mpi = measureMpi(ctl, target);
 
     bool sameHost = ctl.topology().hostIndexOf[0] == ctl.topology().hostIndexOf[1];
-    std::cout << "actor_latency: rank 0 -> rank 1 (" << (sameHost ? "same host" : "two hosts") << "), "
-              << kIterations << " round trips after " << kWarmup << " warm-up\n";
+    std::cout << "actor_latency: rank 0 -> rank 1 (" << (sameHost ? "same host" : "two hosts")
+              << "), " << kIterations << " round trips after " << kWarmup << " warm-up\n";
     printRow("name", {"p50 us", "p99 us", "mean us", "p50/raw_tcp"});
     printLine("crown call (64 B -> u32)", crownRtt, rawTcp.p50);
     printLine("raw tcp (64 B -> 4 B)", rawTcp, rawTcp.p50);
     printLine("mpi ping-pong (8 B)", mpi, rawTcp.p50);
     std::cout << std::flush;
 
-    nlohmann::json json = {
-        {"bench", "actor_latency"},
-        {"config",
-         {{"ranks", ctl.size()},
-          {"same_host", sameHost},
-          {"payload_bytes", kPayloadBytes},
-          {"mpi_bytes", kMpiBytes},
-          {"warmup", kWarmup},
-          {"iterations", kIterations},
-          {"interleaved_blocks", kBlocks}}},
-        {"metrics", toJson(crownRtt)},
-        {"anchors", {{"raw_tcp", toJson(rawTcp)}, {"mpi", toJson(mpi)}}},
-        {"ratios",
-         {{"p50_vs_raw_tcp", ratio(crownRtt.p50, rawTcp.p50)},
-          {"p99_vs_raw_tcp", ratio(crownRtt.p99, rawTcp.p99)},
-          {"p50_vs_mpi", ratio(crownRtt.p50, mpi.p50)}}}};
+    nlohmann::json json = {{"bench", "actor_latency"},
+                           {"config",
+                            {{"ranks", ctl.size()},
+                             {"same_host", sameHost},
+                             {"payload_bytes", kPayloadBytes},
+                             {"mpi_bytes", kMpiBytes},
+                             {"warmup", kWarmup},
+                             {"iterations", kIterations},
+                             {"interleaved_blocks", kBlocks}}},
+                           {"metrics", toJson(crownRtt)},
+                           {"anchors", {{"raw_tcp", toJson(rawTcp)}, {"mpi", toJson(mpi)}}},
+                           {"ratios",
+                            {{"p50_vs_raw_tcp", ratio(crownRtt.p50, rawTcp.p50)},
+                             {"p99_vs_raw_tcp", ratio(crownRtt.p99, rawTcp.p99)},
+                             {"p50_vs_mpi", ratio(crownRtt.p50, mpi.p50)}}}};
     writeResults(results, json);
   });
 }

@@ -25,7 +25,7 @@ using namespace crown::bench;
 
 constexpr std::uint64_t kOneWayMessages = 200000;
 constexpr std::uint64_t kRequests = 100000;
-constexpr std::uint64_t kWindow = 1000;  // requests in flight
+constexpr std::uint64_t kWindow = 1000;   // requests in flight
 constexpr std::uint64_t kWarmup = 10000;  // messages (or requests) before the first round
 constexpr int kRounds = 3;
 constexpr std::size_t kPayloadBytes = 64;
@@ -164,9 +164,9 @@ nlohmann::json toJson(const Rate& rate) {
 
 void checkCounts(const Counts& counts, std::uint64_t expected, const char* what) {
   if (counts.received != expected || counts.outOfOrder != 0) {
-    throw std::runtime_error(std::string(what) + ": sink counted " + std::to_string(counts.received) +
-                             " of " + std::to_string(expected) + ", " +
-                             std::to_string(counts.outOfOrder) + " out of order");
+    throw std::runtime_error(std::string(what) + ": sink counted " +
+                             std::to_string(counts.received) + " of " + std::to_string(expected) +
+                             ", " + std::to_string(counts.outOfOrder) + " out of order");
   }
 }
 
@@ -201,7 +201,8 @@ void pipeline(const crown::ActorRef<Sink>& sink, std::uint64_t requests) {
     if (seq >= kWindow) await(seq - kWindow);
     window[seq % kWindow] = sink.call<std::uint64_t>(Work(seq));
   }
-  for (std::uint64_t seq = requests > kWindow ? requests - kWindow : 0; seq < requests; ++seq) await(seq);
+  for (std::uint64_t seq = requests > kWindow ? requests - kWindow : 0; seq < requests; ++seq)
+    await(seq);
 }
 
 Rate measurePipelined(const crown::ActorRef<Sink>& sink) {
@@ -239,7 +240,8 @@ class RawStream {
       writeAll(fd_, frame_.data(), frame_.size());  // one write per message, as crown's sends are
     }
     Counts ack;
-    if (!readAll(fd_, &ack, sizeof ack)) throw std::runtime_error("raw tcp: sink closed before its ack");
+    if (!readAll(fd_, &ack, sizeof ack))
+      throw std::runtime_error("raw tcp: sink closed before its ack");
     checkCounts(ack, seq_, "raw tcp");
   }
 
@@ -262,8 +264,9 @@ nlohmann::json ratesOf(const std::vector<Rate>& rounds) {
 }
 
 void printLine(const std::string& name, const Rate& rate, const Rate& raw) {
-  printRow(name, {std::to_string(rate.messages), fixed(rate.seconds, 3), fixed(rate.perSecond() / 1e3, 1),
-                  fixed(ratio(rate.perSecond(), raw.perSecond()), 3)});
+  printRow(name,
+           {std::to_string(rate.messages), fixed(rate.seconds, 3), fixed(rate.perSecond() / 1e3, 1),
+            fixed(ratio(rate.perSecond(), raw.perSecond()), 3)});
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ struct Fail {
 class Echo : public crown::Actor {
  public:
   explicit Echo(int offset) {
-    handle<Ping>([this, offset](const Ping& ping) { return ping.n + offset + static_cast<int>(rank()); });
+    handle<Ping>(
+        [this, offset](const Ping& ping) { return ping.n + offset + static_cast<int>(rank()); });
     handle<Fail>([](const Fail& fail) -> int { throw std::invalid_argument(fail.why); });
   }
 };
@@ -41,8 +42,8 @@ int main(int argc, char** argv) {
     try {
       echoes.back().call<int>(Fail{"no such thing"}).get();
     } catch (const crown::RemoteError& e) {
-      std::cout << "caught remote exception from rank " << e.rank() << ": " << e.remoteType() << ": "
-                << e.remoteMessage() << std::endl;
+      std::cout << "caught remote exception from rank " << e.rank() << ": " << e.remoteType()
+                << ": " << e.remoteMessage() << std::endl;
     }
     std::cout << "ping_pong done on " << ctl.size() << " ranks" << std::endl;
   });

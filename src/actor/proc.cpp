@@ -53,7 +53,8 @@ struct RemoteFailure {
 
 std::exception_ptr toException(const RemoteFailure& failure) {
   if (failure.category == 1) return std::make_exception_ptr(ActorStopped(failure.message));
-  return std::make_exception_ptr(RemoteError(failure.type, failure.message, failure.rank, failure.actor));
+  return std::make_exception_ptr(
+      RemoteError(failure.type, failure.message, failure.rank, failure.actor));
 }
 
 struct Delivery {
@@ -150,16 +151,17 @@ struct Proc::Impl {
       return;
     }
     if (to >= options.size) {
-      failMessage(message, std::make_exception_ptr(ConfigError(
-                               "rank " + std::to_string(to) + " does not exist (size " +
-                               std::to_string(options.size) + ")")));
+      failMessage(message, std::make_exception_ptr(
+                               ConfigError("rank " + std::to_string(to) + " does not exist (size " +
+                                           std::to_string(options.size) + ")")));
       return;
     }
     transport->send(to, std::move(message));
   }
 
   void failMessage(const OutMessage& message, std::exception_ptr error) {
-    if (message.envelope.kind == MessageKind::kRequest) failPending(message.envelope.requestId, error);
+    if (message.envelope.kind == MessageKind::kRequest)
+      failPending(message.envelope.requestId, error);
   }
 
   void failPending(std::uint64_t id, std::exception_ptr error) {
@@ -192,7 +194,8 @@ struct Proc::Impl {
       if (it != actors.end()) cell = it->second;
     }
     if (!cell) {
-      std::string why = "no actor " + wire::toString(envelope.dest) + " (never spawned, or stopped)";
+      std::string why =
+          "no actor " + wire::toString(envelope.dest) + " (never spawned, or stopped)";
       if (envelope.kind == MessageKind::kRequest) {
         replyFailure(envelope, RemoteFailure{1, "crown::ActorStopped", why, "", options.rank});
       } else {
@@ -272,8 +275,8 @@ struct Proc::Impl {
     t_currentActor = outer;
     if (envelope.kind != MessageKind::kRequest) {
       if (!result) {
-        log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(), envelope.type,
-                         failure.type, failure.message);
+        log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(),
+                         envelope.type, failure.type, failure.message);
       }
       return;
     }
@@ -293,7 +296,7 @@ struct Proc::Impl {
     reply(request, MessageKind::kFailure, "crown::RemoteFailure", wire::toBytes(failure));
   }
 
-  // io thread
+  // A pool thread, on a link's strand.
   void onPeerLost(Rank peer, const std::string& reason) {
     std::vector<detail::Completion> failed;
     {
@@ -329,10 +332,12 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   CROWN_CHECK(g_proc == nullptr, "one crown::Proc per process");
   impl_->host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
   transport::TransportCallbacks callbacks;
-  callbacks.onMessage = [impl = impl_.get()](Rank, wire::Envelope&& envelope, wire::Bytes&& payload) {
+  callbacks.onMessage = [impl = impl_.get()](Rank, wire::Envelope&& envelope,
+                                             wire::Bytes&& payload) {
     impl->deliver(std::move(envelope), std::move(payload), true);
   };
-  callbacks.onSendFailed = [impl = impl_.get()](Rank to, OutMessage&& message, const std::string& reason) {
+  callbacks.onSendFailed = [impl = impl_.get()](Rank to, OutMessage&& message,
+                                                const std::string& reason) {
     impl->failMessage(message, impl->lostError(to, reason));
   };
   callbacks.onPeerLost = [impl = impl_.get()](Rank peer, const std::string& reason) {
@@ -349,7 +354,8 @@ Proc::~Proc() {
 }
 
 Proc& Proc::current() {
-  if (g_proc == nullptr) throw Error("crown is not initialised in this process: call crown::run first");
+  if (g_proc == nullptr)
+    throw Error("crown is not initialised in this process: call crown::run first");
   return *g_proc;
 }
 

@@ -22,7 +22,8 @@ void shutDownWorkers(Proc& proc, int code) {
   auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s);
   for (auto& ack : acks) {
     try {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       ack.get(std::max(left, std::chrono::milliseconds(1)));
     } catch (const ProcessLost&) {
       // gone already: nothing to shut down

@@ -60,7 +60,8 @@ Runtime::~Runtime() {
 }
 
 Runtime& Runtime::current() {
-  if (g_runtime == nullptr) throw Error("crown is not initialised in this process: call crown::run first");
+  if (g_runtime == nullptr)
+    throw Error("crown is not initialised in this process: call crown::run first");
   return *g_runtime;
 }
 
@@ -87,9 +88,9 @@ Runtime& Runtime::init(int* argc, char*** argv) {
       self.mpi_->ownsMpi = true;
     }
     if (provided < MPI_THREAD_SERIALIZED) {
-      throw BootstrapError(
-          "MPI provides thread level " + std::to_string(provided) +
-          " but crown needs MPI_THREAD_SERIALIZED or more (with mpi4py, leave mpi4py.rc.thread_level at its default)");
+      throw BootstrapError("MPI provides thread level " + std::to_string(provided) +
+                           " but crown needs MPI_THREAD_SERIALIZED or more (with mpi4py, leave "
+                           "mpi4py.rc.thread_level at its default)");
     }
     CROWN_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &self.mpi_->comm));
     MPI_Comm comm = self.mpi_->comm;
@@ -134,7 +135,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
       copyText(mine.error, sizeof mine.error, e.what());
     }
     records.resize(topo.size);
-    CROWN_CHECK_MPI(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, records.data(), sizeof mine, MPI_BYTE, comm));
+    CROWN_CHECK_MPI(
+        MPI_Allgather(&mine, sizeof mine, MPI_BYTE, records.data(), sizeof mine, MPI_BYTE, comm));
   });
 
   std::string failures;
@@ -172,11 +174,13 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   if (topo.rank == 0) {
     auto timeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
     std::vector<Future<Rank>> pings;
-    for (Rank r = 1; r < topo.size; ++r) pings.push_back(self.proc_->request<Rank>({r, kAgentLocalId}, agent::Ping{}));
+    for (Rank r = 1; r < topo.size; ++r)
+      pings.push_back(self.proc_->request<Rank>({r, kAgentLocalId}, agent::Ping{}));
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (Rank r = 1; r < topo.size; ++r) {
       try {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
         pings[r - 1].get(std::max(left, std::chrono::milliseconds(1)));
       } catch (const std::exception& e) {
         verdict += "\n  rank " + std::to_string(r) + " (" + topo.hostNames[r] +
@@ -194,9 +198,9 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + verdict);
   }
-  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on {}:{} @{}", topo.rank,
-                   topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount, self.endpoint_.host,
-                   self.endpoint_.port, self.endpoint_.local);
+  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on {}:{} @{}",
+                   topo.rank, topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount,
+                   self.endpoint_.host, self.endpoint_.port, self.endpoint_.local);
   return self;
 }
 
@@ -205,7 +209,8 @@ void Runtime::finish(int code) {
   // SHT-1: no process is left behind, even when a peer or MPI hangs.
   std::thread([timeout, code] {
     std::this_thread::sleep_for(timeout);
-    log::get().error("shutdown did not finish within {} ms; exiting with code {}", timeout.count(), code);
+    log::get().error("shutdown did not finish within {} ms; exiting with code {}", timeout.count(),
+                     code);
     std::fflush(stdout);
     std::fflush(stderr);
     ::_exit(code);

@@ -24,8 +24,6 @@ spdlog::logger& get() {
   return *logger;
 }
 
-void setRank(unsigned rank) {
-  get().set_pattern("[crown r" + std::to_string(rank) + " %l] %v");
-}
+void setRank(unsigned rank) { get().set_pattern("[crown r" + std::to_string(rank) + " %l] %v"); }
 
 }  // namespace crown::log

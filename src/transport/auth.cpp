@@ -58,7 +58,9 @@ Mac hmacSha256(const Secret& key, std::span<const std::uint8_t> data) {
   return out;
 }
 
-bool macEqual(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+bool macEqual(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 Mac clientProof(const Secret& secret, const Nonce& server, const Nonce& client, Rank clientRank) {
   return proof("crown-client-v1", secret, server, client, clientRank);

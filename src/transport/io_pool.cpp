@@ -18,7 +18,8 @@ constexpr int kMaxThreads = 1024;
 }  // namespace
 
 IoPool::IoPool() : impl_(std::make_unique<Impl>()) {
-  impl_->budget = std::chrono::microseconds(env::integer("CROWN_INLINE_BUDGET_US", 2000, 100, 60000000));
+  impl_->budget =
+      std::chrono::microseconds(env::integer("CROWN_INLINE_BUDGET_US", 2000, 100, 60000000));
 }
 
 IoPool::~IoPool() { stop(); }
@@ -43,9 +44,13 @@ std::function<void()> asTask(IoPool::Impl& pool, std::function<void()> task) {
 }
 }  // namespace
 
-void IoPool::post(std::function<void()> task) { boost::asio::post(impl_->io, asTask(*impl_, std::move(task))); }
+void IoPool::post(std::function<void()> task) {
+  boost::asio::post(impl_->io, asTask(*impl_, std::move(task)));
+}
 
-void IoPool::defer(std::function<void()> task) { boost::asio::defer(impl_->io, asTask(*impl_, std::move(task))); }
+void IoPool::defer(std::function<void()> task) {
+  boost::asio::defer(impl_->io, asTask(*impl_, std::move(task)));
+}
 
 void IoPool::stop() {
   {

@@ -20,9 +20,9 @@ struct IoPool::Impl {
   // One pool thread's state, guarded by mutex.
   struct Worker {
     std::thread thread;
-    bool running = false;            // in the run loop (else parked)
-    bool blocked = false;            // inside a BlockingScope
-    Clock::time_point busySince{};   // in a pool task since then; epoch: not in one
+    bool running = false;           // in the run loop (else parked)
+    bool blocked = false;           // inside a BlockingScope
+    Clock::time_point busySince{};  // in a pool task since then; epoch: not in one
   };
 
   boost::asio::io_context io;
@@ -30,12 +30,12 @@ struct IoPool::Impl {
   std::chrono::microseconds budget{2000};
 
   mutable std::mutex mutex;
-  std::condition_variable parked;   // parked workers wait here until addRunner picks them
+  std::condition_variable parked;  // parked workers wait here until addRunner picks them
   std::condition_variable monitorCv;
-  std::list<Worker> workers;        // stable addresses
+  std::list<Worker> workers;  // stable addresses
   bool stopped = false;
   std::thread monitor;
-  bool monitorAsleep = false;   // waiting for the first task after an idle spell
+  bool monitorAsleep = false;  // waiting for the first task after an idle spell
   std::uint64_t tasksStarted = 0;
 
   // All with mutex held.

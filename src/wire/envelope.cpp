@@ -7,7 +7,8 @@
 namespace crown::wire {
 namespace {
 
-// kind u8 | sender rank u32, local u64 | dest rank u32, local u64 | request id u64 | type len u16 | type
+// kind u8 | sender rank u32, local u64 | dest rank u32, local u64 | request id u64 | type len u16 |
+// type
 constexpr std::size_t kFixedBytes = 1 + 12 + 12 + 8 + 2;
 constexpr std::size_t kMaxTypeBytes = 0xFFFF;
 

@@ -18,7 +18,8 @@ template <class T>
 T loadLe(const std::byte* in) {
   static_assert(std::is_unsigned_v<T>);
   T value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<T>(static_cast<T>(in[i]) << (8 * i));
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    value |= static_cast<T>(static_cast<T>(in[i]) << (8 * i));
   return value;
 }
 

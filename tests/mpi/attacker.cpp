@@ -6,9 +6,9 @@
 //   attacker tcp:HOST:PORT|unix:NAME DEST_RANK DEST_LOCAL
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 
-#include <boost/asio.hpp>
 #include <crown/transport/auth.h>
 #include <crown/wire/frame.h>
+#include <boost/asio.hpp>
 
 #include <chrono>
 #include <iostream>
@@ -62,7 +62,8 @@ bool attempt(const Target& target, const std::string& name,
     // the server may close before the whole attack is written: a rejection too
   }
   bool rejected = closedByServer(socket, helloRead);
-  std::cout << "attacker: " << name << ": " << (rejected ? "rejected" : "NOT REJECTED") << std::endl;
+  std::cout << "attacker: " << name << ": " << (rejected ? "rejected" : "NOT REJECTED")
+            << std::endl;
   return rejected;
 }
 

@@ -40,12 +40,13 @@ TEST(AuthTest, IntrudersAreRejectedAndNothingIsDelivered) {
   ASSERT_EQ(endpoints.size(), 2u);
   ASSERT_NE(endpoints[1], "unix:") << "rank 1 has no same-host socket";
   for (const auto& endpoint : endpoints) {  // over TCP, then over the same-host socket
-    std::string command = std::string(CROWN_ATTACKER) + " " + endpoint + " 1 " + std::to_string(target.id().local);
+    std::string command =
+        std::string(CROWN_ATTACKER) + " " + endpoint + " 1 " + std::to_string(target.id().local);
     std::cout << "running " << command << std::endl;
     EXPECT_EQ(std::system(command.c_str()), 0);
   }
 
-  target.send(Poke{1});  // the legitimate path still works
+  target.send(Poke{1});                                  // the legitimate path still works
   EXPECT_EQ(target.call<int>(PokeCount{}).get(10s), 1);  // and only it delivered
 }
 

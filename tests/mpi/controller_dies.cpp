@@ -10,7 +10,8 @@
 int main(int argc, char** argv) {
   return crown::run(argc, argv, [](crown::Controller& ctl) {
     auto workers = ctl.spawnOnEveryRank<crown::testing::Worker>("worker", std::string("d"));
-    for (auto& worker : workers) worker.call<crown::testing::Identity>(crown::testing::WhoAreYou{}).get();
+    for (auto& worker : workers)
+      worker.call<crown::testing::Identity>(crown::testing::WhoAreYou{}).get();
     std::cout << "controller: every worker answered; dying now" << std::endl;
     ::raise(SIGKILL);
   });

@@ -30,8 +30,8 @@ TEST(KillTest, ALostWorkerFailsItsRequestsAndSurvivorsServeOn) {
     EXPECT_EQ(e.rank(), 2u);
     EXPECT_EQ(e.host(), victim.host);
     std::cout << "ProcessLost after "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms: " << e.what()
-              << std::endl;
+              << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count()
+              << " ms: " << e.what() << std::endl;
   }
 
   EXPECT_EQ(workers[1].call<Identity>(WhoAreYou{}).get(10s).rank, 1u);

@@ -73,7 +73,8 @@ class Worker : public Actor {
       auto& runtime = Runtime::current();
       return Identity{rank(), static_cast<int>(::getpid()), runtime.topology().hostNames[rank()]};
     });
-    handle<Record>([this](const Record& record) { history_.emplace_back(record.sender, record.value); });
+    handle<Record>(
+        [this](const Record& record) { history_.emplace_back(record.sender, record.value); });
     handle<History>([this](const History&) { return history_; });
     handle<Raise>([](const Raise& raise) -> int { throw std::logic_error(raise.what); });
     handle<Nap>([this](const Nap& nap) {
@@ -86,7 +87,8 @@ class Worker : public Actor {
       // when it returns they have all been handled there.
       blast.target.call<std::vector<std::pair<int, int>>>(History{}).get();
     });
-    handle<AskPeer>([](const AskPeer& ask) { return ask.peer.call<Identity>(WhoAreYou{}).get().rank; });
+    handle<AskPeer>(
+        [](const AskPeer& ask) { return ask.peer.call<Identity>(WhoAreYou{}).get().rank; });
   }
 
  private:

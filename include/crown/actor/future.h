@@ -1,14 +1,14 @@
 // Future<T>: the eventual result of a request. Completed once, by whichever
-// thread learns the outcome (the io thread for a reply, the failing thread
+// thread learns the outcome (the pool thread that read the reply, the failing thread
 // for a send failure); waited on by any number of threads.
 //
 // DLV-1: every future the runtime hands out is completed: with the reply,
 // or with a typed error (RemoteError, ProcessLost, Timeout, ActorStopped).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <atomic>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -52,7 +52,8 @@ class FutureState {
   /// Waits until ready or until `deadline`; true when ready.
   bool waitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
     // A pool thread does not spin: it may be the one that would read the reply.
-    if (blockingHooks() == nullptr && spinUntil([this] { return readyFlag_.load(std::memory_order_acquire); })) {
+    if (blockingHooks() == nullptr &&
+        spinUntil([this] { return readyFlag_.load(std::memory_order_acquire); })) {
       return true;
     }
     BlockingScope blocking;  // a pool thread about to block lets its pool compensate
@@ -167,7 +168,7 @@ class Future {
   }
 
   /// Continuation: `fn(Future<T>)` runs once this is ready (at once if it is,
-  /// else on the completing thread, which may be the io thread: keep it short
+  /// else on the completing thread, which may be a pool thread: keep it short
   /// and never block in it). Returns the future of fn's result.
   template <class Fn>
   auto then(Fn fn) const -> Future<std::invoke_result_t<Fn&, Future<T>>> {

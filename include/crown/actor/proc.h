@@ -98,7 +98,7 @@ class Proc {
   /// Stops a local actor after the message it is handling; later messages fail with ActorStopped.
   void stopLocal(std::uint64_t local);
 
-  /// Called (on the io thread) when a peer is lost, after its requests have failed.
+  /// Called (on a pool thread) when a peer is lost, after its requests have failed.
   void setPeerLostHandler(std::function<void(Rank, const std::string&)> handler);
 
   /// Marks this process as shutting down with `code` (the first call wins)

@@ -29,16 +29,17 @@ struct ActorFactoryRegistration {
     ((key += wire::messageName<Args>() + ","), ...);
     return key + ")";
   }
-  static inline const bool registered = (registerActorFactory(key(),
-                                                              [](const wire::Bytes& bytes) {
-                                                                auto args = wire::unpackValues<Args...>(bytes);
-                                                                return std::apply(
-                                                                    [](auto&... values) -> std::unique_ptr<Actor> {
-                                                                      return std::make_unique<A>(std::move(values)...);
-                                                                    },
-                                                                    args);
-                                                              }),
-                                         true);
+  static inline const bool registered =
+      (registerActorFactory(key(),
+                            [](const wire::Bytes& bytes) {
+                              auto args = wire::unpackValues<Args...>(bytes);
+                              return std::apply(
+                                  [](auto&... values) -> std::unique_ptr<Actor> {
+                                    return std::make_unique<A>(std::move(values)...);
+                                  },
+                                  args);
+                            }),
+       true);
 };
 
 }  // namespace detail
@@ -64,7 +65,9 @@ Future<ActorRef<A>> spawnOn(Rank rank, const std::string& name, Args&&... args) 
   SpawnActor message{Registration::key(), name, wire::packValues(args...)};
   return Proc::current()
       .request<std::uint64_t>(ActorId{rank, kAgentLocalId}, message)
-      .then([rank](Future<std::uint64_t> local) { return ActorRef<A>(ActorId{rank, local.get()}); });
+      .then([rank](Future<std::uint64_t> local) {
+        return ActorRef<A>(ActorId{rank, local.get()});
+      });
 }
 
 }  // namespace crown

@@ -84,7 +84,7 @@ namespace detail {
 
 /// Throws crown::Error with file:line when cond is false. The message is any
 /// expression convertible to std::string.
-#define CROWN_CHECK(cond, message)                                      \
-  do {                                                                  \
+#define CROWN_CHECK(cond, message)                                                 \
+  do {                                                                             \
     if (!(cond)) ::crown::detail::throwCheckFailed(__FILE__, __LINE__, (message)); \
   } while (0)

@@ -6,8 +6,8 @@
 // otherwise sit on both ends of every round trip.
 #pragma once
 
-#include <chrono>
 #include <sched.h>
+#include <chrono>
 
 namespace crown::detail {
 

@@ -59,7 +59,9 @@ class OArchive : public boost::archive::basic_binary_oarchive<OArchive> {
 class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
  public:
   IArchive(const char* data, std::size_t size)
-      : boost::archive::basic_binary_iarchive<IArchive>(boost::archive::no_header), at_(data), end_(data + size) {}
+      : boost::archive::basic_binary_iarchive<IArchive>(boost::archive::no_header),
+        at_(data),
+        end_(data + size) {}
 
   template <class T>
   void load(T& t) {
@@ -102,7 +104,8 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
     std::string text;
     load_override(text);
     if (text.size() > BOOST_SERIALIZATION_MAX_KEY_SIZE - 1) {
-      throw boost::archive::archive_exception(boost::archive::archive_exception::invalid_class_name);
+      throw boost::archive::archive_exception(
+          boost::archive::archive_exception::invalid_class_name);
     }
     std::memcpy(name, text.data(), text.size());
     name.t[text.size()] = '\0';
@@ -111,7 +114,8 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
  private:
   void require(std::size_t count) const {
     if (count > remaining()) {
-      throw boost::archive::archive_exception(boost::archive::archive_exception::input_stream_error);
+      throw boost::archive::archive_exception(
+          boost::archive::archive_exception::input_stream_error);
     }
   }
 

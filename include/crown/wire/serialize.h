@@ -54,8 +54,8 @@ T fromBytes(const char* data, std::size_t size) {
     IArchive archive(data, size);
     archive >> value;
   } catch (const std::exception& e) {
-    throw ProtocolError("cannot decode a " + messageName<T>() + " from " +
-                        std::to_string(size) + " bytes: " + e.what());
+    throw ProtocolError("cannot decode a " + messageName<T>() + " from " + std::to_string(size) +
+                        " bytes: " + e.what());
   }
   return value;
 }
@@ -68,10 +68,10 @@ T fromBytes(const Bytes& bytes) {
 }  // namespace crown::wire
 
 /// Registers message type T under a fixed name. Use at namespace scope.
-#define CROWN_MESSAGE(T, name)                           \
-  template <>                                            \
-  struct crown::wire::MessageName<T> {                   \
-    static std::string value() { return name; }          \
+#define CROWN_MESSAGE(T, name)                  \
+  template <>                                   \
+  struct crown::wire::MessageName<T> {          \
+    static std::string value() { return name; } \
   }
 
 namespace crown::wire {

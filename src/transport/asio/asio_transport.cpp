@@ -1,17 +1,20 @@
 // Boost.Asio transport over TCP between hosts and abstract Unix domain
 // sockets within one (same frames, same handshake: an abstract socket has no
-// file permissions, so SEC-1 matters there too). One io thread runs every socket; senders on other
-// threads write straight to the socket when its queue is empty (no thread hop
-// on the latency path) and otherwise append to the queue, which the io thread
-// drains with one gathered write per batch (coalescing small frames).
+// file permissions, so SEC-1 matters there too). The links run on the
+// IoPool, each on its own strand. Senders on other threads write straight to
+// the socket when its queue is empty (no thread hop on the latency path) and
+// otherwise append to the queue, which the link's strand drains with one
+// gathered write per batch (coalescing small frames).
 //
 // Links are one-directional for frames: rank a sends to rank b only over the
-// connection a opened to b, so one TCP stream carries everything a sends to
-// b, in order (ORD-1). Accepted connections only receive.
+// connection a opened to b, so one stream carries everything a sends to b,
+// in order (ORD-1). Accepted connections only receive.
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange
 
 #include <arpa/inet.h>
 
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <cstring>
@@ -19,8 +22,6 @@
 #include <future>
 #include <mutex>
 #include <set>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <thread>
 
 #include "crown/common/log.h"
@@ -85,7 +86,7 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
  public:
   OutLink(AsioTransport& transport, Rank peer);
   void send(OutMessage message);
-  // io thread: flush state for stop().
+  // Nothing queued or being written (for stop()).
   bool idle();
   void close();  // on the strand
   Strand& strand() { return strand_; }
@@ -95,8 +96,8 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
 
   asio::awaitable<void> connectAndAuthenticate();
   asio::awaitable<void> watchForClose();
-  void startWrite();  // io thread
-  void fail(const std::string& reason);  // any thread
+  void startWrite();                        // on the strand
+  void fail(const std::string& reason);     // any thread
   bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
 
   AsioTransport& transport_;
@@ -172,7 +173,10 @@ class AsioTransport final : public Transport {
 // ---------------------------------------------------------------- OutLink
 
 OutLink::OutLink(AsioTransport& transport, Rank peer)
-    : transport_(transport), peer_(peer), strand_(asio::make_strand(transport.io())), socket_(strand_) {}
+    : transport_(transport),
+      peer_(peer),
+      strand_(asio::make_strand(transport.io())),
+      socket_(strand_) {}
 
 void OutLink::send(OutMessage message) {
   QueuedFrame frame{wire::encodeFrameHead(message.envelope, message.payload.size()),
@@ -230,7 +234,7 @@ bool OutLink::tryWriteDirect(QueuedFrame& frame) {
   ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
-    // Hand the error to the io thread, which owns the socket's lifetime.
+    // Hand the error to the strand, which owns the socket's lifetime.
     int error = errno;
     asio::post(strand_, [self = shared_from_this(), error] {
       self->fail(std::string("send failed: ") + std::strerror(error));
@@ -258,7 +262,8 @@ void OutLink::startWrite() {
         skip -= frame.head.size();
       }
       if (skip < frame.message.payload.size()) {
-        buffers.emplace_back(frame.message.payload.data() + skip, frame.message.payload.size() - skip);
+        buffers.emplace_back(frame.message.payload.data() + skip,
+                             frame.message.payload.size() - skip);
       }
       bytes += frame.size() - frame.written;
       ++frames;
@@ -271,7 +276,8 @@ void OutLink::startWrite() {
   // Buffers point into queue_ entries: deque::push_back never moves existing
   // elements, and only this completion pops them.
   asio::async_write(socket_, buffers,
-                    asio::bind_executor(strand_, [self = shared_from_this(), frames](boost::system::error_code ec, std::size_t) {
+                    asio::bind_executor(strand_, [self = shared_from_this(), frames](
+                                                     boost::system::error_code ec, std::size_t) {
                       if (ec) {
                         self->fail("write failed: " + ec.message());
                         return;
@@ -390,7 +396,10 @@ asio::awaitable<void> OutLink::watchForClose() {
 // ---------------------------------------------------------------- InLink
 
 InLink::InLink(AsioTransport& transport, Strand strand, Socket socket)
-    : transport_(transport), strand_(std::move(strand)), socket_(std::move(socket)), remote_(describePeer(socket_)) {
+    : transport_(transport),
+      strand_(std::move(strand)),
+      socket_(std::move(socket)),
+      remote_(describePeer(socket_)) {
   boost::system::error_code ignored;
   if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
 }
@@ -434,7 +443,8 @@ asio::awaitable<void> InLink::run() {
       co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
       peer = auth.rank;
     } catch (const std::exception& e) {
-      log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_, e.what());
+      log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
+                      e.what());
       co_return;
     }
     deadline.cancel();
@@ -448,7 +458,8 @@ asio::awaitable<void> InLink::run() {
                                                        asio::use_awaitable);
       reader.commit(n);
       while (auto frame = reader.next()) {
-        transport_.callbacks().onMessage(peer, std::move(frame->envelope), std::move(frame->payload));
+        transport_.callbacks().onMessage(peer, std::move(frame->envelope),
+                                         std::move(frame->payload));
       }
     }
   } catch (const ProtocolError& e) {
@@ -512,7 +523,8 @@ void AsioTransport::start(std::vector<Endpoint> peers, TransportCallbacks callba
   out_.resize(options_.size);
   lost_.assign(options_.size, false);
   asio::co_spawn(acceptStrand_, acceptLoop(acceptor_), asio::detached);
-  if (localAcceptor_.is_open()) asio::co_spawn(acceptStrand_, acceptLoop(localAcceptor_), asio::detached);
+  if (localAcceptor_.is_open())
+    asio::co_spawn(acceptStrand_, acceptLoop(localAcceptor_), asio::detached);
   started_ = true;
   if (ownsPool_) pool_->start();
 }

@@ -10,7 +10,8 @@ FrameReader::FrameReader(const wire::FrameLimits& limits, std::size_t bufferByte
 std::span<std::byte> FrameReader::space() {
   if (large_) {
     auto& payload = large_->payload;
-    return {reinterpret_cast<std::byte*>(payload.data()) + largeFilled_, payload.size() - largeFilled_};
+    return {reinterpret_cast<std::byte*>(payload.data()) + largeFilled_,
+            payload.size() - largeFilled_};
   }
   if (end_ == buffer_.size()) reserve(end_ - begin_ + 1);
   return {buffer_.data() + end_, buffer_.size() - end_};

@@ -33,7 +33,9 @@ std::string chooseListenAddress() {
       return ipv4Of(it->ifa_addr);
     }
   }
-  if (iface) throw ConfigError("CROWN_IFACE='" + *iface + "': no interface of that name has an IPv4 address");
+  if (iface)
+    throw ConfigError("CROWN_IFACE='" + *iface +
+                      "': no interface of that name has an IPv4 address");
   return "127.0.0.1";
 }
 

@@ -52,8 +52,12 @@ class Recorder : public Actor {
     handle<Add>([this](const Add& add) { seen_.push_back(add.value); });
     handle<Get>([this](const Get&) { return seen_; });
     handle<Boom>([](const Boom&) -> int { throw std::out_of_range("boom"); });
-    handle<Sleep>([](const Sleep& sleep) { std::this_thread::sleep_for(std::chrono::milliseconds(sleep.ms)); });
-    handle<Forward>([](const Forward& forward) { return forward.target.call<std::vector<int>>(Get{}).get().size(); });
+    handle<Sleep>([](const Sleep& sleep) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep.ms));
+    });
+    handle<Forward>([](const Forward& forward) {
+      return forward.target.call<std::vector<int>>(Get{}).get().size();
+    });
   }
 
  private:
@@ -74,8 +78,8 @@ class ActorTest : public ::testing::Test {
     options.pool = std::make_shared<transport::IoPool>();
     auto fabric = transport::makeAsioTransport(options);
     auto self = fabric->localEndpoint();
-    proc_ = std::make_unique<Proc>(Proc::Options{0, 1, {"localhost"}, options.pool}, std::move(fabric),
-                                   std::vector<transport::Endpoint>{self});
+    proc_ = std::make_unique<Proc>(Proc::Options{0, 1, {"localhost"}, options.pool},
+                                   std::move(fabric), std::vector<transport::Endpoint>{self});
   }
   void TearDown() override { proc_.reset(); }
 
@@ -104,7 +108,8 @@ TEST_F(ActorTest, AThrowingHandlerFailsOnlyThatRequest) {
     EXPECT_EQ(e.actor(), "recorder");
   }
   recorder.send(Add{5});
-  EXPECT_EQ(recorder.call<std::vector<int>>(Get{}).get(), (std::vector<int>{0, 5}));  // still serving
+  EXPECT_EQ(recorder.call<std::vector<int>>(Get{}).get(),
+            (std::vector<int>{0, 5}));  // still serving
 }
 
 TEST_F(ActorTest, AnUnknownMessageTypeIsARemoteError) {
@@ -113,7 +118,8 @@ TEST_F(ActorTest, AnUnknownMessageTypeIsARemoteError) {
     recorder.call<int>(agent::Ping{}).get();
     FAIL();
   } catch (const RemoteError& e) {
-    EXPECT_NE(e.remoteMessage().find("no handler for message type crown::agent::Ping"), std::string::npos)
+    EXPECT_NE(e.remoteMessage().find("no handler for message type crown::agent::Ping"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -168,12 +174,14 @@ TEST_F(ActorTest, AStoppedActorFailsLaterRequests) {
 
 TEST_F(ActorTest, ContinuationsRunWithTheReply) {
   auto recorder = spawnOn<Recorder>(0, "recorder", 7).get();
-  auto size = recorder.call<std::vector<int>>(Get{}).then([](Future<std::vector<int>> f) { return f.get().front(); });
+  auto size = recorder.call<std::vector<int>>(Get{}).then(
+      [](Future<std::vector<int>> f) { return f.get().front(); });
   EXPECT_EQ(size.get(5s), 7);
 }
 
 TEST_F(ActorTest, ARankOutsideTheJobIsAnError) {
-  EXPECT_THROW(Proc::current().request<Rank>({5, kAgentLocalId}, agent::Ping{}).get(5s), ConfigError);
+  EXPECT_THROW(Proc::current().request<Rank>({5, kAgentLocalId}, agent::Ping{}).get(5s),
+               ConfigError);
 }
 
 TEST(ActorRefTest, SerializesAsItsAddress) {

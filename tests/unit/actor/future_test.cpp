@@ -28,7 +28,8 @@ TEST(Future, TheFirstOutcomeWins) {
 }
 
 TEST(Future, ErrorsAreRethrownWithTheirType) {
-  auto future = Future<void>::failed(std::make_exception_ptr(ProcessLost(2, "node7", "link reset")));
+  auto future =
+      Future<void>::failed(std::make_exception_ptr(ProcessLost(2, "node7", "link reset")));
   try {
     future.get();
     FAIL();
@@ -49,7 +50,9 @@ TEST(Future, TimeoutRunsTheCanceller) {
 TEST(Future, ThenChainsAndPropagatesErrors) {
   auto ok = Future<int>::ready(20).then([](Future<int> f) { return f.get() + 1; });
   EXPECT_EQ(ok.get(), 21);
-  auto bad = Future<int>::failed(std::make_exception_ptr(Timeout("t"))).then([](Future<int> f) { return f.get(); });
+  auto bad = Future<int>::failed(std::make_exception_ptr(Timeout("t"))).then([](Future<int> f) {
+    return f.get();
+  });
   EXPECT_THROW(bad.get(), Timeout);
 }
 

@@ -53,7 +53,8 @@ class Node {
   }
 
   void send(Rank to, std::string payload) {
-    transport->send(to, {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
+    transport->send(to,
+                    {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
   }
 
   struct Received {

@@ -23,21 +23,26 @@ TEST(Hmac, MatchesAnIndependentImplementation) {
   for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i);
   const std::uint8_t data[] = {'c', 'r', 'o', 'w', 'n'};
   // Python: hmac.new(bytes(range(32)), b"crown", hashlib.sha256).hexdigest()
-  EXPECT_EQ(hex(hmacSha256(key, data)), "4a1649b905a1d5128be44e8eb02bbb85331fdf8fe78f6e4a689e1a69e518d11c");
+  EXPECT_EQ(hex(hmacSha256(key, data)),
+            "4a1649b905a1d5128be44e8eb02bbb85331fdf8fe78f6e4a689e1a69e518d11c");
 }
 
 TEST(Handshake, TheRightSecretIsAccepted) {
   Secret secret = randomSecret();
   Nonce server = randomNonce(), client = randomNonce();
-  EXPECT_TRUE(macEqual(clientProof(secret, server, client, 3), clientProof(secret, server, client, 3)));
-  EXPECT_TRUE(macEqual(serverProof(secret, server, client, 3), serverProof(secret, server, client, 3)));
+  EXPECT_TRUE(
+      macEqual(clientProof(secret, server, client, 3), clientProof(secret, server, client, 3)));
+  EXPECT_TRUE(
+      macEqual(serverProof(secret, server, client, 3), serverProof(secret, server, client, 3)));
 }
 
 TEST(Handshake, AWrongSecretIsRejected) {
   Secret secret = randomSecret(), wrong = randomSecret();
   Nonce server = randomNonce(), client = randomNonce();
-  EXPECT_FALSE(macEqual(clientProof(wrong, server, client, 3), clientProof(secret, server, client, 3)));
-  EXPECT_FALSE(macEqual(serverProof(wrong, server, client, 3), serverProof(secret, server, client, 3)));
+  EXPECT_FALSE(
+      macEqual(clientProof(wrong, server, client, 3), clientProof(secret, server, client, 3)));
+  EXPECT_FALSE(
+      macEqual(serverProof(wrong, server, client, 3), serverProof(secret, server, client, 3)));
 }
 
 TEST(Handshake, ProofsAreBoundToNoncesRankAndDirection) {

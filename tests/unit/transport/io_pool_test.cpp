@@ -67,7 +67,8 @@ TEST(IoPool, ExtraThreadsParkWhenTheRushIsOver) {
     });
   }
   auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (running < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  while (running < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
   EXPECT_EQ(running, 3);  // three long tasks ran side by side
   release = true;
   deadline = std::chrono::steady_clock::now() + 5s;

@@ -62,7 +62,8 @@ TEST(Serialize, LargeArraysRoundTripBitExactly) {
   std::vector<double> values(1 << 16);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) / 3.0;
   Bytes bytes = toBytes(values);
-  EXPECT_LT(bytes.size(), values.size() * sizeof(double) + 64);  // one block, not element by element
+  EXPECT_LT(bytes.size(),
+            values.size() * sizeof(double) + 64);  // one block, not element by element
   EXPECT_EQ(fromBytes<std::vector<double>>(bytes), values);
 }
 
