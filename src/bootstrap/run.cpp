@@ -63,6 +63,10 @@ int run(int argc, char** argv, const std::function<void(Controller&)>& main) {
     std::cout << std::flush;
     std::cerr << "crown: the controller failed: " << e.what() << std::endl;
     code = 1;
+  } catch (...) {
+    std::cout << std::flush;
+    std::cerr << "crown: the controller failed: an exception that is not a std::exception" << std::endl;
+    code = 1;
   }
   proc.requestShutdown(code);  // from here on, links closing are expected
   shutDownWorkers(proc, code);
