@@ -81,12 +81,24 @@ std::string describePeer(Socket& socket) {
   return "local socket";
 }
 
-// Our connection to one peer: connect, authenticate, then write frames.
-class OutLink : public std::enable_shared_from_this<OutLink> {
+// One connection with one peer. The client side connects and proves it
+// holds the job secret; the server side accepts and checks (SEC-1). Both
+// sides then read frames. A rank writes to a peer over exactly one link, its
+// send link for that peer (ORD-1): the connection it opened, or the one the
+// peer opened first if that came earlier, so that a request and its reply
+// share one connection in both directions.
+class Link : public std::enable_shared_from_this<Link> {
  public:
-  OutLink(AsioTransport& transport, Rank peer);
-  void send(OutMessage message);
-  // Nothing queued or being written (for stop()).
+  /// A client link to `peer`; connects on the first send.
+  Link(AsioTransport& transport, Rank peer);
+  /// A server link: `socket` was accepted on `strand`.
+  Link(AsioTransport& transport, Strand strand, Socket socket);
+
+  void startServer();
+  void send(OutMessage message);  // any thread
+  /// Made this rank's send link to its peer (server links, after the handshake).
+  void adoptForSending();
+  /// Nothing queued or being written (for stop()).
   bool idle();
   void close();  // on the strand
   Strand& strand() { return strand_; }
@@ -95,38 +107,22 @@ class OutLink : public std::enable_shared_from_this<OutLink> {
   enum class State { kIdle, kConnecting, kReady, kDead };
 
   asio::awaitable<void> connectAndAuthenticate();
-  asio::awaitable<void> watchForClose();
-  void startWrite();                        // on the strand
-  void fail(const std::string& reason);     // any thread
-  bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
+  asio::awaitable<bool> authenticateClient();  // server side
+  asio::awaitable<void> readFrames();
+  void startWrite();                                    // on the strand
+  void fail(const std::string& reason, bool peerLost);  // any thread
+  bool tryWriteDirect(QueuedFrame& frame);              // with mutex_ held
 
   AsioTransport& transport_;
-  Rank peer_;
+  Rank peer_ = 0;  // a server link learns it in the handshake
   Strand strand_;
   Socket socket_;
+  std::string remote_;
   std::mutex mutex_;
   State state_ = State::kIdle;
   bool writing_ = false;
   std::deque<QueuedFrame> queue_;
   std::chrono::steady_clock::time_point lastSend_{};
-};
-
-// An accepted connection: authenticate the peer, then read frames from it.
-class InLink : public std::enable_shared_from_this<InLink> {
- public:
-  /// `socket` was accepted on `strand`.
-  InLink(AsioTransport& transport, Strand strand, Socket socket);
-  void start();
-  void close();  // on the strand
-  Strand& strand() { return strand_; }
-
- private:
-  asio::awaitable<void> run();
-
-  AsioTransport& transport_;
-  Strand strand_;
-  Socket socket_;
-  std::string remote_;
 };
 
 class AsioTransport final : public Transport {
@@ -145,7 +141,11 @@ class AsioTransport final : public Transport {
   const Endpoint& peer(Rank rank) const { return peers_.at(rank); }
   const TransportCallbacks& callbacks() const { return callbacks_; }
   void reportPeerLost(Rank peer, const std::string& reason);
-  void forget(const std::shared_ptr<InLink>& link);
+  /// A server link authenticated as `peer`: it becomes the send link to
+  /// that peer unless this rank already has one.
+  void offerSendLink(Rank peer, const std::shared_ptr<Link>& link);
+  /// The link is closed; `dropSendLink`: it is no longer the send link to its peer.
+  void forget(const std::shared_ptr<Link>& link, bool dropSendLink);
   bool stopping() const { return stopping_; }
 
  private:
@@ -164,21 +164,31 @@ class AsioTransport final : public Transport {
   bool started_ = false;
   std::atomic<bool> stopping_{false};
 
-  std::mutex mutex_;  // guards out_, lost_, in_
-  std::vector<std::shared_ptr<OutLink>> out_;
+  std::mutex mutex_;                              // guards sendLinks_, lost_, links_
+  std::vector<std::shared_ptr<Link>> sendLinks_;  // by peer rank
   std::vector<bool> lost_;
-  std::set<std::shared_ptr<InLink>> in_;
+  std::set<std::shared_ptr<Link>> links_;  // every open link, for stop()
 };
 
-// ---------------------------------------------------------------- OutLink
+// ---------------------------------------------------------------- Link
 
-OutLink::OutLink(AsioTransport& transport, Rank peer)
+Link::Link(AsioTransport& transport, Rank peer)
     : transport_(transport),
       peer_(peer),
       strand_(asio::make_strand(transport.io())),
       socket_(strand_) {}
 
-void OutLink::send(OutMessage message) {
+Link::Link(AsioTransport& transport, Strand strand, Socket socket)
+    : transport_(transport),
+      strand_(std::move(strand)),
+      socket_(std::move(socket)),
+      remote_(describePeer(socket_)) {
+  boost::system::error_code ignored;
+  if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
+  socket_.non_blocking(true, ignored);
+}
+
+void Link::send(OutMessage message) {
   QueuedFrame frame{wire::encodeFrameHead(message.envelope, message.payload.size()),
                     std::move(message)};
   std::unique_lock lock(mutex_);
@@ -197,7 +207,7 @@ void OutLink::send(OutMessage message) {
                        try {
                          std::rethrow_exception(error);
                        } catch (const std::exception& e) {
-                         self->fail(e.what());
+                         self->fail(e.what(), true);
                        }
                      });
       return;
@@ -206,8 +216,8 @@ void OutLink::send(OutMessage message) {
       return;
     case State::kReady: {
       // A sender that is streaming gains from batching more than from the
-      // direct write: its frames queue up for one gathered write on the io
-      // thread. A lone frame (request/reply traffic) goes out at once.
+      // direct write: its frames queue up for one gathered write on the
+      // strand. A lone frame (request/reply traffic) goes out at once.
       auto now = std::chrono::steady_clock::now();
       bool streaming = now - lastSend_ < kStreamingGap;
       lastSend_ = now;
@@ -222,10 +232,16 @@ void OutLink::send(OutMessage message) {
   }
 }
 
-// Latency path: one sendmsg from the sender's thread. Safe beside the io
-// thread because no asynchronous write is in flight (writing_ is false) and
-// the kernel serialises this write against the pending read.
-bool OutLink::tryWriteDirect(QueuedFrame& frame) {
+void Link::adoptForSending() {
+  std::lock_guard lock(mutex_);
+  if (state_ == State::kIdle) state_ = State::kReady;
+}
+
+// Latency path: one sendmsg from the sender's thread. Safe beside the strand
+// because no asynchronous write is in flight (writing_ is false), the kernel
+// serialises this write against the pending read, and the socket is closed
+// only after the state leaves kReady, which needs mutex_.
+bool Link::tryWriteDirect(QueuedFrame& frame) {
   iovec iov[2] = {{frame.head.data(), frame.head.size()},
                   {frame.message.payload.data(), frame.message.payload.size()}};
   msghdr msg{};
@@ -234,10 +250,9 @@ bool OutLink::tryWriteDirect(QueuedFrame& frame) {
   ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
-    // Hand the error to the strand, which owns the socket's lifetime.
     int error = errno;
     asio::post(strand_, [self = shared_from_this(), error] {
-      self->fail(std::string("send failed: ") + std::strerror(error));
+      self->fail(std::string("send failed: ") + std::strerror(error), true);
     });
     return false;  // the frame stays queued and is handed back by fail()
   }
@@ -245,7 +260,7 @@ bool OutLink::tryWriteDirect(QueuedFrame& frame) {
   return frame.written == frame.size();
 }
 
-void OutLink::startWrite() {
+void Link::startWrite() {
   std::vector<asio::const_buffer> buffers;
   std::size_t frames = 0;
   std::size_t bytes = 0;
@@ -279,7 +294,7 @@ void OutLink::startWrite() {
                     asio::bind_executor(strand_, [self = shared_from_this(), frames](
                                                      boost::system::error_code ec, std::size_t) {
                       if (ec) {
-                        self->fail("write failed: " + ec.message());
+                        self->fail("write failed: " + ec.message(), true);
                         return;
                       }
                       {
@@ -292,7 +307,10 @@ void OutLink::startWrite() {
                     }));
 }
 
-void OutLink::fail(const std::string& reason) {
+// Hands queued frames back and closes the link. `peerLost`: the connection
+// itself broke, which is how a dead process shows; a protocol error closes
+// only this link (SEC-1), and the next send to that peer opens a new one.
+void Link::fail(const std::string& reason, bool peerLost) {
   std::deque<QueuedFrame> lost;
   {
     std::lock_guard lock(mutex_);
@@ -304,18 +322,19 @@ void OutLink::fail(const std::string& reason) {
     boost::system::error_code ignored;
     self->socket_.close(ignored);
   });
+  transport_.forget(shared_from_this(), !peerLost);
   for (auto& frame : lost) {
     transport_.callbacks().onSendFailed(peer_, std::move(frame.message), reason);
   }
-  transport_.reportPeerLost(peer_, reason);
+  if (peerLost && !transport_.stopping()) transport_.reportPeerLost(peer_, reason);
 }
 
-bool OutLink::idle() {
+bool Link::idle() {
   std::lock_guard lock(mutex_);
   return state_ == State::kDead || state_ == State::kIdle || (queue_.empty() && !writing_);
 }
 
-void OutLink::close() {
+void Link::close() {
   {
     std::lock_guard lock(mutex_);
     state_ = State::kDead;
@@ -324,7 +343,7 @@ void OutLink::close() {
   socket_.close(ignored);
 }
 
-asio::awaitable<void> OutLink::connectAndAuthenticate() {
+asio::awaitable<void> Link::connectAndAuthenticate() {
   const auto& options = transport_.options();
   const auto& endpoint = transport_.peer(peer_);
   asio::steady_timer deadline(strand_);
@@ -349,6 +368,7 @@ asio::awaitable<void> OutLink::connectAndAuthenticate() {
       socket_.set_option(tcp::no_delay(true));
     }
     socket_.non_blocking(true);
+    remote_ = where;
 
     std::array<std::uint8_t, kHelloBytes> hello{};
     co_await asio::async_read(socket_, asio::buffer(hello), asio::use_awaitable);
@@ -380,77 +400,59 @@ asio::awaitable<void> OutLink::connectAndAuthenticate() {
     flush = writing_ = !queue_.empty();
   }
   if (flush) startWrite();
-  co_await watchForClose();
+  co_await readFrames();
 }
 
-// The peer never writes on this connection after the handshake, so any
-// read completion means it closed (or broke protocol): either way it is gone.
-asio::awaitable<void> OutLink::watchForClose() {
-  std::array<char, 64> sink{};
-  boost::system::error_code ec;
-  co_await socket_.async_read_some(asio::buffer(sink),
-                                   asio::redirect_error(asio::use_awaitable, ec));
-  fail(ec ? "connection lost: " + ec.message() : "peer wrote on a send-only link");
+void Link::startServer() {
+  asio::co_spawn(
+      strand_,
+      [self = shared_from_this()]() -> asio::awaitable<void> {
+        if (co_await self->authenticateClient()) {
+          self->transport_.offerSendLink(self->peer_, self);
+          co_await self->readFrames();
+        }
+      },
+      [self = shared_from_this()](std::exception_ptr) {
+        self->close();
+        self->transport_.forget(self, false);
+      });
 }
 
-// ---------------------------------------------------------------- InLink
-
-InLink::InLink(AsioTransport& transport, Strand strand, Socket socket)
-    : transport_(transport),
-      strand_(std::move(strand)),
-      socket_(std::move(socket)),
-      remote_(describePeer(socket_)) {
-  boost::system::error_code ignored;
-  if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
-}
-
-void InLink::start() {
-  asio::co_spawn(strand_, run(), [self = shared_from_this()](std::exception_ptr) {
-    self->close();
-    self->transport_.forget(self);
-  });
-}
-
-void InLink::close() {
-  boost::system::error_code ignored;
-  socket_.close(ignored);
-}
-
-asio::awaitable<void> InLink::run() {
+// SEC-1: nothing is read as a frame until the peer has proved it holds the
+// job secret; a peer that stalls is cut off by the deadline.
+asio::awaitable<bool> Link::authenticateClient() {
   const auto& options = transport_.options();
-  Rank peer = 0;
-  // SEC-1: nothing is read as a frame until the peer has proved it holds the
-  // job secret; a peer that stalls is cut off by the deadline.
-  {
-    asio::steady_timer deadline(strand_);
-    deadline.expires_after(options.authTimeout);
-    deadline.async_wait([this](boost::system::error_code ec) {
-      if (!ec) close();
-    });
-    try {
-      Nonce serverNonce = randomNonce();
-      auto hello = encodeHello(serverNonce);
-      co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
-      std::array<std::uint8_t, kClientAuthBytes> clientBytes{};
-      co_await asio::async_read(socket_, asio::buffer(clientBytes), asio::use_awaitable);
-      ClientAuth auth = decodeClientAuth(clientBytes);
-      if (auth.rank >= options.size ||
-          !macEqual(auth.proof, clientProof(options.secret, serverNonce, auth.nonce, auth.rank))) {
-        log::get().warn("rejected connection from {}: authentication failed", remote_);
-        co_return;
-      }
-      Mac answer = serverProof(options.secret, serverNonce, auth.nonce, auth.rank);
-      co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
-      peer = auth.rank;
-    } catch (const std::exception& e) {
-      log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
-                      e.what());
-      co_return;
+  asio::steady_timer deadline(strand_);
+  deadline.expires_after(options.authTimeout);
+  deadline.async_wait([this](boost::system::error_code ec) {
+    if (!ec) close();
+  });
+  try {
+    Nonce serverNonce = randomNonce();
+    auto hello = encodeHello(serverNonce);
+    co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
+    std::array<std::uint8_t, kClientAuthBytes> clientBytes{};
+    co_await asio::async_read(socket_, asio::buffer(clientBytes), asio::use_awaitable);
+    ClientAuth auth = decodeClientAuth(clientBytes);
+    if (auth.rank >= options.size ||
+        !macEqual(auth.proof, clientProof(options.secret, serverNonce, auth.nonce, auth.rank))) {
+      log::get().warn("rejected connection from {}: authentication failed", remote_);
+      co_return false;
     }
-    deadline.cancel();
+    Mac answer = serverProof(options.secret, serverNonce, auth.nonce, auth.rank);
+    co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
+    peer_ = auth.rank;
+  } catch (const std::exception& e) {
+    log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
+                    e.what());
+    co_return false;
   }
+  deadline.cancel();
+  co_return true;
+}
 
-  FrameReader reader(options.limits);
+asio::awaitable<void> Link::readFrames() {
+  FrameReader reader(transport_.options().limits);
   try {
     for (;;) {
       auto space = reader.space();
@@ -458,17 +460,16 @@ asio::awaitable<void> InLink::run() {
                                                        asio::use_awaitable);
       reader.commit(n);
       while (auto frame = reader.next()) {
-        transport_.callbacks().onMessage(peer, std::move(frame->envelope),
+        transport_.callbacks().onMessage(peer_, std::move(frame->envelope),
                                          std::move(frame->payload));
       }
     }
   } catch (const ProtocolError& e) {
     // SEC-1: a bad frame closes this link and nothing else.
-    log::get().error("closing link from rank {} ({}): {}", peer, remote_, e.what());
+    log::get().error("closing link with rank {} ({}): {}", peer_, remote_, e.what());
+    fail(std::string("link closed after a bad frame: ") + e.what(), false);
   } catch (const boost::system::system_error& e) {
-    if (!transport_.stopping()) {
-      transport_.reportPeerLost(peer, "connection lost: " + e.code().message());
-    }
+    fail("connection lost: " + e.code().message(), true);
   }
 }
 
@@ -520,7 +521,7 @@ void AsioTransport::start(std::vector<Endpoint> peers, TransportCallbacks callba
   CROWN_CHECK(peers.size() == options_.size, "one endpoint per rank is needed");
   peers_ = std::move(peers);
   callbacks_ = std::move(callbacks);
-  out_.resize(options_.size);
+  sendLinks_.resize(options_.size);
   lost_.assign(options_.size, false);
   asio::co_spawn(acceptStrand_, acceptLoop(acceptor_), asio::detached);
   if (localAcceptor_.is_open())
@@ -541,27 +542,37 @@ asio::awaitable<void> AsioTransport::acceptLoop(Acceptor& acceptor) {
       log::get().warn("accept failed: {}", ec.message());
       continue;
     }
-    auto link = std::make_shared<InLink>(*this, std::move(strand), std::move(socket));
+    auto link = std::make_shared<Link>(*this, std::move(strand), std::move(socket));
     {
       std::lock_guard lock(mutex_);
-      in_.insert(link);
+      links_.insert(link);
     }
-    link->start();
+    link->startServer();
   }
 }
 
 void AsioTransport::send(Rank to, OutMessage message) {
-  std::shared_ptr<OutLink> link;
+  std::shared_ptr<Link> link;
   {
     std::lock_guard lock(mutex_);
-    if (to >= out_.size()) {
+    if (to >= sendLinks_.size()) {
       throw ConfigError("rank " + std::to_string(to) + " does not exist (size " +
-                        std::to_string(out_.size()) + ")");
+                        std::to_string(sendLinks_.size()) + ")");
     }
-    if (!out_[to]) out_[to] = std::make_shared<OutLink>(*this, to);
-    link = out_[to];
+    if (!sendLinks_[to]) {
+      sendLinks_[to] = std::make_shared<Link>(*this, to);
+      links_.insert(sendLinks_[to]);
+    }
+    link = sendLinks_[to];
   }
   link->send(std::move(message));
+}
+
+void AsioTransport::offerSendLink(Rank peer, const std::shared_ptr<Link>& link) {
+  std::lock_guard lock(mutex_);
+  if (sendLinks_[peer]) return;  // this rank opened its own first: keep using it (ORD-1)
+  link->adoptForSending();
+  sendLinks_[peer] = link;
 }
 
 void AsioTransport::reportPeerLost(Rank peer, const std::string& reason) {
@@ -573,9 +584,15 @@ void AsioTransport::reportPeerLost(Rank peer, const std::string& reason) {
   if (callbacks_.onPeerLost) callbacks_.onPeerLost(peer, reason);
 }
 
-void AsioTransport::forget(const std::shared_ptr<InLink>& link) {
+void AsioTransport::forget(const std::shared_ptr<Link>& link, bool dropSendLink) {
   std::lock_guard lock(mutex_);
-  in_.erase(link);
+  links_.erase(link);
+  // A dead peer's link stays its send link, so later sends fail at once; a
+  // link closed for a bad frame goes, so the next send opens a fresh one.
+  if (!dropSendLink) return;
+  for (auto& sendLink : sendLinks_) {
+    if (sendLink == link) sendLink.reset();
+  }
 }
 
 void AsioTransport::stop(std::chrono::milliseconds flushTimeout) {
@@ -585,22 +602,18 @@ void AsioTransport::stop(std::chrono::milliseconds flushTimeout) {
     bool idle = true;
     {
       std::lock_guard lock(mutex_);
-      for (auto& link : out_) idle = idle && (!link || link->idle());
+      for (auto& link : sendLinks_) idle = idle && (!link || link->idle());
     }
     if (idle || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(1ms);
   }
   // Close everything, each on its own strand, and wait (bounded) for that.
-  std::vector<std::shared_ptr<OutLink>> outs;
-  std::vector<std::shared_ptr<InLink>> ins;
+  std::vector<std::shared_ptr<Link>> links;
   {
     std::lock_guard lock(mutex_);
-    for (auto& link : out_) {
-      if (link) outs.push_back(link);
-    }
-    ins.assign(in_.begin(), in_.end());
+    links.assign(links_.begin(), links_.end());
   }
-  auto pending = std::make_shared<std::atomic<std::size_t>>(1 + outs.size() + ins.size());
+  auto pending = std::make_shared<std::atomic<std::size_t>>(1 + links.size());
   auto allClosed = std::make_shared<std::promise<void>>();
   auto done = allClosed->get_future();
   auto closeOn = [&](Strand& strand, std::function<void()> close) {
@@ -614,8 +627,7 @@ void AsioTransport::stop(std::chrono::milliseconds flushTimeout) {
     acceptor_.close(ignored);
     localAcceptor_.close(ignored);
   });
-  for (auto& link : outs) closeOn(link->strand(), [link] { link->close(); });
-  for (auto& link : ins) closeOn(link->strand(), [link] { link->close(); });
+  for (auto& link : links) closeOn(link->strand(), [link] { link->close(); });
   done.wait_for(1s);
   if (ownsPool_) pool_->stop();
 }
