@@ -125,6 +125,9 @@ Runtime& Runtime::init(int* argc, char*** argv) {
       options.limits = wire::FrameLimits::fromEnv();
       options.connectTimeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
       options.authTimeout = env::millis("CROWN_AUTH_TIMEOUT_MS", 5s);
+      options.heartbeatInterval =
+          env::millis("CROWN_HEARTBEAT_INTERVAL_MS", 1s, std::chrono::milliseconds(0));
+      options.heartbeatMisses = static_cast<int>(env::integer("CROWN_HEARTBEAT_MISSES", 5, 1, 1000));
       options.listenLocal = env::get("CROWN_SAME_HOST_TRANSPORT").value_or("unix") != "tcp";
       options.pool = pool;
       fabric = transport::makeAsioTransport(options);

@@ -68,6 +68,12 @@ struct AsioOptions {
   wire::FrameLimits limits;
   std::chrono::milliseconds connectTimeout{10000};
   std::chrono::milliseconds authTimeout{5000};
+  /// Every link sends a heartbeat when it has written nothing for this long,
+  /// and a link that hears nothing for heartbeatInterval * heartbeatMisses is
+  /// lost: a cut cable sends no reset (CROWN_HEARTBEAT_INTERVAL_MS,
+  /// CROWN_HEARTBEAT_MISSES; an interval of 0 turns heartbeats off).
+  std::chrono::milliseconds heartbeatInterval{1000};
+  int heartbeatMisses = 5;
   /// Also listen on an abstract Unix socket, so that ranks on this host skip
   /// the TCP/IP stack (CROWN_SAME_HOST_TRANSPORT=tcp turns this off).
   bool listenLocal = true;

@@ -31,6 +31,7 @@ enum class MessageKind : std::uint8_t {
   kRequest = 1,  ///< a reply or a failure goes back to sender with requestId
   kReply = 2,    ///< payload is the handler's result
   kFailure = 3,  ///< payload is a RemoteFailure
+  kHeartbeat = 4,  ///< a link's sign of life; the transport consumes it
 };
 
 struct Envelope {

@@ -109,6 +109,9 @@ class Link : public std::enable_shared_from_this<Link> {
   asio::awaitable<void> connectAndAuthenticate();
   asio::awaitable<bool> authenticateClient();  // server side
   asio::awaitable<void> readFrames();
+  /// Sends heartbeats while the link is quiet and fails it when the peer is.
+  void startHeartbeats();  // on the strand
+  void scheduleHeartbeat();
   void startWrite();                                    // on the strand
   void fail(const std::string& reason, bool peerLost);  // any thread
   bool tryWriteDirect(QueuedFrame& frame);              // with mutex_ held
@@ -123,6 +126,8 @@ class Link : public std::enable_shared_from_this<Link> {
   bool writing_ = false;
   std::deque<QueuedFrame> queue_;
   std::chrono::steady_clock::time_point lastSend_{};
+  std::atomic<std::int64_t> lastHeard_{0};  // steady_clock ticks of the last bytes read
+  asio::steady_timer heartbeat_{strand_};
 };
 
 class AsioTransport final : public Transport {
@@ -233,8 +238,8 @@ void Link::send(OutMessage message) {
 }
 
 void Link::adoptForSending() {
-  std::lock_guard lock(mutex_);
-  if (state_ == State::kIdle) state_ = State::kReady;
+  // Nothing to do: an authenticated server link is already ready to write;
+  // being the send link only means the transport now sends frames over it.
 }
 
 // Latency path: one sendmsg from the sender's thread. Safe beside the strand
@@ -339,8 +344,44 @@ void Link::close() {
     std::lock_guard lock(mutex_);
     state_ = State::kDead;
   }
+  heartbeat_.cancel();
   boost::system::error_code ignored;
   socket_.close(ignored);
+}
+
+void Link::startHeartbeats() {
+  if (transport_.options().heartbeatInterval.count() == 0) return;
+  lastHeard_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  scheduleHeartbeat();
+}
+
+void Link::scheduleHeartbeat() {
+  const auto interval = transport_.options().heartbeatInterval;
+  heartbeat_.expires_after(interval);
+  heartbeat_.async_wait([self = shared_from_this(), interval](boost::system::error_code ec) {
+    if (ec) return;  // cancelled: the link is closing
+    auto now = std::chrono::steady_clock::now();
+    auto heard = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(self->lastHeard_.load()));
+    auto silence = std::chrono::duration_cast<std::chrono::milliseconds>(now - heard);
+    if (silence > interval * self->transport_.options().heartbeatMisses) {
+      self->fail("no sign of life for " + std::to_string(silence.count()) +
+                     " ms (CROWN_HEARTBEAT_INTERVAL_MS x CROWN_HEARTBEAT_MISSES)",
+                 true);
+      return;
+    }
+    bool quiet = false;
+    {
+      std::lock_guard lock(self->mutex_);
+      if (self->state_ != State::kReady) return;
+      quiet = now - self->lastSend_ >= interval && self->queue_.empty();
+    }
+    if (quiet) {
+      Rank rank = self->transport_.options().rank;
+      self->send({{wire::MessageKind::kHeartbeat, {rank, 0}, {self->peer_, 0}, 0, ""}, {}});
+    }
+    self->scheduleHeartbeat();
+  });
 }
 
 asio::awaitable<void> Link::connectAndAuthenticate() {
@@ -400,6 +441,7 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
     flush = writing_ = !queue_.empty();
   }
   if (flush) startWrite();
+  startHeartbeats();
   co_await readFrames();
 }
 
@@ -408,7 +450,12 @@ void Link::startServer() {
       strand_,
       [self = shared_from_this()]() -> asio::awaitable<void> {
         if (co_await self->authenticateClient()) {
+          {
+            std::lock_guard lock(self->mutex_);
+            if (self->state_ == State::kIdle) self->state_ = State::kReady;
+          }
           self->transport_.offerSendLink(self->peer_, self);
+          self->startHeartbeats();
           co_await self->readFrames();
         }
       },
@@ -459,7 +506,9 @@ asio::awaitable<void> Link::readFrames() {
       std::size_t n = co_await socket_.async_read_some(asio::buffer(space.data(), space.size()),
                                                        asio::use_awaitable);
       reader.commit(n);
+      lastHeard_ = std::chrono::steady_clock::now().time_since_epoch().count();
       while (auto frame = reader.next()) {
+        if (frame->envelope.kind == wire::MessageKind::kHeartbeat) continue;
         transport_.callbacks().onMessage(peer_, std::move(frame->envelope),
                                          std::move(frame->payload));
       }

@@ -14,8 +14,13 @@ using namespace std::chrono_literals;
 
 class Node {
  public:
-  Node(Rank rank, const Secret& secret, wire::FrameLimits limits = {}) {
+  Node(Rank rank, const Secret& secret, wire::FrameLimits limits = {},
+       std::chrono::milliseconds heartbeat = 1000ms, std::shared_ptr<IoPool> pool = nullptr) {
     AsioOptions options;
+    options.heartbeatInterval = heartbeat;
+    options.heartbeatMisses = 3;
+    options.pool = pool;
+    if (pool) pool->start();
     options.rank = rank;
     options.size = 2;
     options.bindAddress = "127.0.0.1";
@@ -158,6 +163,38 @@ TEST_P(AsioTransportTest, APeerThatStopsIsReportedLost) {
   a.send(1, "too late");
   ASSERT_TRUE(a.waitFor([&] { return a.failed.size() == 1; }));
   EXPECT_EQ(a.failed[0], "too late");
+}
+
+TEST_P(AsioTransportTest, HeartbeatsKeepAQuietLinkAlive) {
+  Secret secret = randomSecret();
+  Node a(0, secret, {}, 20ms), b(1, secret, {}, 20ms);
+  startPair(a, b);
+  a.send(1, "before");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  std::this_thread::sleep_for(300ms);  // 15 intervals, 5 times the allowed silence
+  a.send(1, "after");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 2; }));
+  std::lock_guard lock(a.mutex);
+  EXPECT_TRUE(a.lost.empty());
+  EXPECT_TRUE(b.lost.empty());  // heartbeats are consumed, never delivered
+}
+
+TEST_P(AsioTransportTest, ASilentPeerIsLostAfterTheMissedHeartbeats) {
+  Secret secret = randomSecret();
+  auto frozenPool = std::make_shared<IoPool>();
+  Node a(0, secret, {}, 20ms), b(1, secret, {}, 20ms, frozenPool);
+  startPair(a, b);
+  a.send(1, "hello");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  // b's threads stop but its sockets stay open: like a hung process or a
+  // cut cable, nothing tells a that b is gone but the silence.
+  frozenPool->stop();
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(a.waitFor([&] { return a.lost.size() == 1; }, 5s));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 40ms);   // not before the misses are up
+  EXPECT_LT(elapsed, 2s);
+  EXPECT_EQ(a.lost[0], 1u);
 }
 
 TEST_P(AsioTransportTest, UnreachablePeerFailsTheSend) {
