@@ -35,7 +35,8 @@ using wire::MessageKind;
 
 constexpr int kDrainBatch = 64;  // messages per turn before an actor yields its thread
 
-Proc* g_proc = nullptr;
+Proc* g_proc = nullptr;                      // the first Proc of the process
+thread_local Proc* t_currentProc = nullptr;  // the Proc running a handler on this thread
 thread_local Actor* t_currentActor = nullptr;
 
 /// A handler's exception as it travels back to the caller.
@@ -79,6 +80,7 @@ struct Pending {
 }  // namespace
 
 struct Proc::Impl {
+  Proc* self;
   Options options;
   std::unique_ptr<transport::Transport> transport;
   std::shared_ptr<transport::IoPool> pool;
@@ -104,8 +106,8 @@ struct Proc::Impl {
   std::atomic<bool> unexpectedLoss{false};
   std::function<void(Rank, const std::string&)> peerLostHandler;
 
-  Impl(Options opts, std::unique_ptr<transport::Transport> t)
-      : options(std::move(opts)), transport(std::move(t)), pool(options.pool) {
+  Impl(Proc* proc, Options opts, std::unique_ptr<transport::Transport> t)
+      : self(proc), options(std::move(opts)), transport(std::move(t)), pool(options.pool) {
     CROWN_CHECK(pool != nullptr, "crown::Proc needs an IoPool");
     lost.assign(options.size, false);
   }
@@ -256,6 +258,7 @@ struct Proc::Impl {
   void run(Actor& actor, Delivery& delivery) {
     const Envelope& envelope = delivery.envelope;
     Actor* outer = std::exchange(t_currentActor, &actor);
+    Proc* outerProc = std::exchange(t_currentProc, self);
     std::optional<detail::HandlerResult> result;
     RemoteFailure failure{0, "", "", actor.name(), options.rank};
     try {
@@ -273,6 +276,7 @@ struct Proc::Impl {
       failure.message = "a handler threw something that is not a std::exception";
     }
     t_currentActor = outer;
+    t_currentProc = outerProc;
     if (envelope.kind != MessageKind::kRequest) {
       if (!result) {
         log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(),
@@ -328,8 +332,7 @@ struct Proc::Impl {
 
 Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
            std::vector<transport::Endpoint> peers)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(transport))) {
-  CROWN_CHECK(g_proc == nullptr, "one crown::Proc per process");
+    : impl_(std::make_unique<Impl>(this, std::move(options), std::move(transport))) {
   impl_->host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
   transport::TransportCallbacks callbacks;
   callbacks.onMessage = [impl = impl_.get()](Rank, wire::Envelope&& envelope,
@@ -345,17 +348,19 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   };
   impl_->transport->start(std::move(peers), std::move(callbacks));
   impl_->pool->start();
-  g_proc = this;
+  if (g_proc == nullptr) g_proc = this;
 }
 
 Proc::~Proc() {
   stop(std::chrono::milliseconds(0));
-  g_proc = nullptr;
+  if (g_proc == this) g_proc = nullptr;
 }
 
 Proc& Proc::current() {
-  if (g_proc == nullptr)
+  if (t_currentProc != nullptr) return *t_currentProc;
+  if (g_proc == nullptr) {
     throw Error("crown is not initialised in this process: call crown::run first");
+  }
   return *g_proc;
 }
 
@@ -445,7 +450,7 @@ void Proc::stop(std::chrono::milliseconds flushTimeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   impl_->transport->stop(flushTimeout);
-  impl_->pool->stop();
+  if (impl_->options.stopsPool) impl_->pool->stop();
   std::vector<detail::Completion> orphans;
   {
     std::lock_guard lock(impl_->pendingMutex);

@@ -58,6 +58,10 @@ class Proc {
     std::vector<std::string> hosts;  ///< host name of every rank
     /// Threads for actors and links alike; the transport must run on it too.
     std::shared_ptr<transport::IoPool> pool;
+    /// stop() also stops the pool. False when several Procs share it (the
+    /// simulated procs of SIM-1): then whoever made the pool stops it, after
+    /// every Proc's stop() and before any Proc is destroyed.
+    bool stopsPool = true;
   };
 
   /// Starts serving: the transport is started with `peers` (every rank's endpoint).
@@ -67,7 +71,8 @@ class Proc {
   Proc(const Proc&) = delete;
   Proc& operator=(const Proc&) = delete;
 
-  /// The Proc of this process; throws crown::Error before bootstrap.
+  /// The Proc whose actor this thread is running, else the process's first
+  /// Proc; throws crown::Error before bootstrap.
   static Proc& current();
 
   Rank rank() const;

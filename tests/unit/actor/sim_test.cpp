@@ -1,0 +1,132 @@
+// SIM-1: many virtual procs in one process, on the in-process transport,
+// running the same Proc, agents and routing code as real ranks.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "crown/actor/spawn.h"
+#include "crown/transport/local.h"
+
+namespace crown {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Who {
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+struct Note {
+  int sender = 0;
+  int value = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& sender& value;
+  }
+};
+struct Notes {
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+struct Flood {
+  ActorRef<> target;
+  int count = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& target& count;
+  }
+};
+struct Doze {
+  int ms = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& ms;
+  }
+};
+
+class Member : public Actor {
+ public:
+  Member() {
+    handle<Who>([this](const Who&) { return rank(); });
+    handle<Note>([this](const Note& note) { notes_.emplace_back(note.sender, note.value); });
+    handle<Notes>([this](const Notes&) { return notes_; });
+    handle<Flood>([this](const Flood& flood) {
+      for (int i = 0; i < flood.count; ++i) flood.target.send(Note{static_cast<int>(rank()), i});
+      flood.target.call<std::vector<std::pair<int, int>>>(Notes{}).get();  // ORD-1: after them
+    });
+    handle<Doze>([this](const Doze& doze) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(doze.ms));
+      return rank();
+    });
+  }
+
+ private:
+  std::vector<std::pair<int, int>> notes_;
+};
+
+class SimTest : public ::testing::Test {
+ protected:
+  void boot(Rank size) {
+    pool_ = std::make_shared<transport::IoPool>();
+    hub_ = transport::makeLocalHub(pool_, size);
+    std::vector<std::string> hosts(size, "sim");
+    std::vector<transport::Endpoint> peers(size);
+    for (Rank r = 0; r < size; ++r) {
+      Proc::Options options{r, size, hosts, pool_, /*stopsPool=*/false};
+      procs_.push_back(
+          std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, r), peers));
+    }
+  }
+
+  void TearDown() override {
+    for (auto& proc : procs_) proc->stop(0ms);
+    if (pool_) pool_->stop();
+    procs_.clear();
+  }
+
+  std::shared_ptr<transport::IoPool> pool_;
+  std::shared_ptr<transport::LocalHub> hub_;
+  std::vector<std::unique_ptr<Proc>> procs_;
+};
+
+TEST_F(SimTest, EveryVirtualProcSpawnsAndAnswers) {
+  constexpr Rank kProcs = 256;
+  boot(kProcs);
+  std::vector<Future<ActorRef<Member>>> spawns;
+  for (Rank r = 0; r < kProcs; ++r) spawns.push_back(spawnOn<Member>(r, "member"));
+  std::vector<Future<Rank>> answers;
+  for (auto& spawn : spawns) answers.push_back(spawn.get(10s).call<Rank>(Who{}));
+  for (Rank r = 0; r < kProcs; ++r) EXPECT_EQ(answers[r].get(10s), r);
+}
+
+TEST_F(SimTest, MessagesFromEachSenderArriveInOrder) {
+  boot(5);
+  std::vector<ActorRef<Member>> members;
+  for (Rank r = 0; r < 5; ++r) members.push_back(spawnOn<Member>(r, "member").get(10s));
+  ActorRef<> target(members[4].id());
+  constexpr int kCount = 2000;
+  std::vector<Future<void>> floods;
+  for (Rank r = 1; r <= 3; ++r) floods.push_back(members[r].call<void>(Flood{target, kCount}));
+  for (int i = 0; i < kCount; ++i) target.send(Note{0, i});
+  for (auto& flood : floods) flood.get(30s);
+  auto notes = members[4].call<std::vector<std::pair<int, int>>>(Notes{}).get(30s);
+  ASSERT_EQ(notes.size(), 4u * kCount);
+  std::map<int, int> next;
+  for (auto [sender, value] : notes) ASSERT_EQ(value, next[sender]++) << "from rank " << sender;
+}
+
+TEST_F(SimTest, ADisconnectedProcFailsItsRequestsAndTheRestServeOn) {
+  boot(8);
+  std::vector<ActorRef<Member>> members;
+  for (Rank r = 0; r < 8; ++r) members.push_back(spawnOn<Member>(r, "member").get(10s));
+  auto inFlight = members[5].call<Rank>(Doze{500});
+  std::this_thread::sleep_for(50ms);
+  transport::disconnect(*hub_, 5);
+  EXPECT_THROW(inFlight.get(1s), ProcessLost);
+  EXPECT_THROW(members[5].call<Rank>(Who{}).get(1s), ProcessLost);
+  for (Rank r : {1u, 4u, 6u, 7u}) EXPECT_EQ(members[r].call<Rank>(Who{}).get(5s), r);
+}
+
+}  // namespace
+}  // namespace crown

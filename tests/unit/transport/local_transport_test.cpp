@@ -1,0 +1,104 @@
+// The in-process transport that simulated procs use (SIM-1).
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "crown/transport/local.h"
+
+namespace crown::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Inbox {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::pair<Rank, std::string>> received;
+  std::vector<std::string> failed;
+  std::vector<Rank> lost;
+
+  TransportCallbacks callbacks() {
+    TransportCallbacks callbacks;
+    callbacks.onMessage = [this](Rank from, wire::Envelope&&, wire::Bytes&& payload) {
+      std::lock_guard lock(mutex);
+      received.emplace_back(from, payload);
+      changed.notify_all();
+    };
+    callbacks.onSendFailed = [this](Rank, OutMessage&& message, const std::string&) {
+      std::lock_guard lock(mutex);
+      failed.push_back(message.payload);
+      changed.notify_all();
+    };
+    callbacks.onPeerLost = [this](Rank peer, const std::string&) {
+      std::lock_guard lock(mutex);
+      lost.push_back(peer);
+      changed.notify_all();
+    };
+    return callbacks;
+  }
+
+  template <class Pred>
+  bool waitFor(Pred pred) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 5s, pred);
+  }
+};
+
+OutMessage message(Rank to, std::string payload) {
+  return {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)};
+}
+
+class LocalTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pool_->start();
+    for (Rank r = 0; r < 3; ++r) {
+      transports_.push_back(makeLocalTransport(hub_, r));
+      transports_.back()->start({}, inboxes_[r].callbacks());
+    }
+  }
+  void TearDown() override {
+    for (auto& transport : transports_) transport->stop(0ms);
+    pool_->stop();
+  }
+
+  std::shared_ptr<IoPool> pool_ = std::make_shared<IoPool>();
+  std::shared_ptr<LocalHub> hub_ = makeLocalHub(pool_, 3);
+  std::vector<std::unique_ptr<Transport>> transports_;
+  Inbox inboxes_[3];
+};
+
+TEST_F(LocalTransportTest, DeliversInSendOrderFromEachSender) {
+  for (int i = 0; i < 3000; ++i) {
+    transports_[0]->send(2, message(2, "a" + std::to_string(i)));
+    transports_[1]->send(2, message(2, "b" + std::to_string(i)));
+  }
+  ASSERT_TRUE(inboxes_[2].waitFor([&] { return inboxes_[2].received.size() == 6000; }));
+  int nextA = 0, nextB = 0;
+  for (auto& [from, payload] : inboxes_[2].received) {
+    if (from == 0) EXPECT_EQ(payload, "a" + std::to_string(nextA++));
+    if (from == 1) EXPECT_EQ(payload, "b" + std::to_string(nextB++));
+  }
+  EXPECT_EQ(nextA, 3000);
+  EXPECT_EQ(nextB, 3000);
+}
+
+TEST_F(LocalTransportTest, ADisconnectedRankIsLostEverywhere) {
+  disconnect(*hub_, 1);
+  ASSERT_TRUE(inboxes_[0].waitFor([&] { return inboxes_[0].lost == std::vector<Rank>{1}; }));
+  ASSERT_TRUE(
+      inboxes_[1].waitFor([&] { return inboxes_[1].lost.size() == 2; }));  // it lost everyone
+  transports_[0]->send(1, message(1, "too late"));
+  ASSERT_TRUE(inboxes_[0].waitFor([&] { return inboxes_[0].failed.size() == 1; }));
+  EXPECT_EQ(inboxes_[0].failed[0], "too late");  // handed back
+  std::lock_guard lock(inboxes_[1].mutex);
+  EXPECT_TRUE(inboxes_[1].received.empty());
+}
+
+TEST_F(LocalTransportTest, ARankOutsideTheHubIsAnError) {
+  EXPECT_THROW(transports_[0]->send(7, message(7, "nowhere")), ConfigError);
+}
+
+}  // namespace
+}  // namespace crown::transport
