@@ -6,13 +6,14 @@
 #include <mutex>
 
 #include "crown/transport/transport.h"
+#include "support/transport_inbox.h"
 
 namespace crown::transport {
 namespace {
 
 using namespace std::chrono_literals;
 
-class Node {
+class Node : public testing::TransportInbox {
  public:
   Node(Rank rank, const Secret& secret, wire::FrameLimits limits = {},
        std::chrono::milliseconds heartbeat = 1000ms, std::shared_ptr<IoPool> pool = nullptr) {
@@ -31,49 +32,14 @@ class Node {
     transport = makeAsioTransport(options);
   }
 
-  void start(std::vector<Endpoint> peers) {
-    TransportCallbacks callbacks;
-    callbacks.onMessage = [this](Rank from, wire::Envelope&& envelope, wire::Bytes&& payload) {
-      std::lock_guard lock(mutex);
-      received.push_back({from, envelope.type, payload});
-      changed.notify_all();
-    };
-    callbacks.onSendFailed = [this](Rank, OutMessage&& message, const std::string&) {
-      std::lock_guard lock(mutex);
-      failed.push_back(message.payload);
-      changed.notify_all();
-    };
-    callbacks.onPeerLost = [this](Rank peer, const std::string&) {
-      std::lock_guard lock(mutex);
-      lost.push_back(peer);
-      changed.notify_all();
-    };
-    transport->start(std::move(peers), std::move(callbacks));
-  }
-
-  template <class Pred>
-  bool waitFor(Pred pred, std::chrono::milliseconds timeout = 5s) {
-    std::unique_lock lock(mutex);
-    return changed.wait_for(lock, timeout, pred);
-  }
+  void start(std::vector<Endpoint> peers) { transport->start(std::move(peers), callbacks()); }
 
   void send(Rank to, std::string payload) {
     transport->send(to,
                     {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
   }
 
-  struct Received {
-    Rank from;
-    std::string type;
-    std::string payload;
-  };
-
   std::unique_ptr<Transport> transport;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<Received> received;
-  std::vector<std::string> failed;
-  std::vector<Rank> lost;
 };
 
 class AsioTransportTest : public ::testing::TestWithParam<std::string> {
@@ -192,7 +158,7 @@ TEST_P(AsioTransportTest, ASilentPeerIsLostAfterTheMissedHeartbeats) {
   auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(a.waitFor([&] { return a.lost.size() == 1; }, 5s));
   auto elapsed = std::chrono::steady_clock::now() - start;
-  EXPECT_GE(elapsed, 40ms);   // not before the misses are up
+  EXPECT_GE(elapsed, 40ms);  // not before the misses are up
   EXPECT_LT(elapsed, 2s);
   EXPECT_EQ(a.lost[0], 1u);
 }

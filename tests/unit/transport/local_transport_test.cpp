@@ -1,49 +1,15 @@
 // The in-process transport that simulated procs use (SIM-1).
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <mutex>
-
 #include "crown/transport/local.h"
+#include "support/transport_inbox.h"
 
 namespace crown::transport {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Inbox {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<std::pair<Rank, std::string>> received;
-  std::vector<std::string> failed;
-  std::vector<Rank> lost;
-
-  TransportCallbacks callbacks() {
-    TransportCallbacks callbacks;
-    callbacks.onMessage = [this](Rank from, wire::Envelope&&, wire::Bytes&& payload) {
-      std::lock_guard lock(mutex);
-      received.emplace_back(from, payload);
-      changed.notify_all();
-    };
-    callbacks.onSendFailed = [this](Rank, OutMessage&& message, const std::string&) {
-      std::lock_guard lock(mutex);
-      failed.push_back(message.payload);
-      changed.notify_all();
-    };
-    callbacks.onPeerLost = [this](Rank peer, const std::string&) {
-      std::lock_guard lock(mutex);
-      lost.push_back(peer);
-      changed.notify_all();
-    };
-    return callbacks;
-  }
-
-  template <class Pred>
-  bool waitFor(Pred pred) {
-    std::unique_lock lock(mutex);
-    return changed.wait_for(lock, 5s, pred);
-  }
-};
+using Inbox = testing::TransportInbox;
 
 OutMessage message(Rank to, std::string payload) {
   return {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)};
@@ -76,9 +42,9 @@ TEST_F(LocalTransportTest, DeliversInSendOrderFromEachSender) {
   }
   ASSERT_TRUE(inboxes_[2].waitFor([&] { return inboxes_[2].received.size() == 6000; }));
   int nextA = 0, nextB = 0;
-  for (auto& [from, payload] : inboxes_[2].received) {
-    if (from == 0) EXPECT_EQ(payload, "a" + std::to_string(nextA++));
-    if (from == 1) EXPECT_EQ(payload, "b" + std::to_string(nextB++));
+  for (auto& message : inboxes_[2].received) {
+    if (message.from == 0) EXPECT_EQ(message.payload, "a" + std::to_string(nextA++));
+    if (message.from == 1) EXPECT_EQ(message.payload, "b" + std::to_string(nextB++));
   }
   EXPECT_EQ(nextA, 3000);
   EXPECT_EQ(nextB, 3000);

@@ -1,0 +1,57 @@
+// Records what a Transport reports through its callbacks, for tests of any
+// transport backend; waitFor() blocks until a condition on the record holds.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "crown/transport/transport.h"
+
+namespace crown::testing {
+
+struct TransportInbox {
+  struct Received {
+    Rank from;
+    std::string type;
+    std::string payload;
+  };
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Received> received;
+  std::vector<std::string> failed;  // payloads handed back
+  std::vector<Rank> lost;
+
+  transport::TransportCallbacks callbacks() {
+    transport::TransportCallbacks callbacks;
+    callbacks.onMessage = [this](Rank from, wire::Envelope&& envelope, wire::Bytes&& payload) {
+      record([&] { received.push_back({from, envelope.type, payload}); });
+    };
+    callbacks.onSendFailed = [this](Rank, transport::OutMessage&& message, const std::string&) {
+      record([&] { failed.push_back(message.payload); });
+    };
+    callbacks.onPeerLost = [this](Rank peer, const std::string&) {
+      record([&] { lost.push_back(peer); });
+    };
+    return callbacks;
+  }
+
+  template <class Pred>
+  bool waitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, timeout, pred);
+  }
+
+ private:
+  template <class Change>
+  void record(Change change) {
+    std::lock_guard lock(mutex);
+    change();
+    changed.notify_all();
+  }
+};
+
+}  // namespace crown::testing
