@@ -251,8 +251,8 @@ struct Proc::Impl {
       }
       run(*cell->actor, delivery);
     }
-    --activeDrains;
-    scheduleDrain(cell, false);  // yield the thread to other actors
+    // Yield the thread to other actors; the drain stays counted in activeDrains.
+    pool->post([this, cell] { drain(cell); });
   }
 
   void run(Actor& actor, Delivery& delivery) {

@@ -96,8 +96,6 @@ class Link : public std::enable_shared_from_this<Link> {
 
   void startServer();
   void send(OutMessage message);  // any thread
-  /// Made this rank's send link to its peer (server links, after the handshake).
-  void adoptForSending();
   /// Nothing queued or being written (for stop()).
   bool idle();
   void close();  // on the strand
@@ -235,11 +233,6 @@ void Link::send(OutMessage message) {
       return;
     }
   }
-}
-
-void Link::adoptForSending() {
-  // Nothing to do: an authenticated server link is already ready to write;
-  // being the send link only means the transport now sends frames over it.
 }
 
 // Latency path: one sendmsg from the sender's thread. Safe beside the strand
@@ -620,8 +613,7 @@ void AsioTransport::send(Rank to, OutMessage message) {
 void AsioTransport::offerSendLink(Rank peer, const std::shared_ptr<Link>& link) {
   std::lock_guard lock(mutex_);
   if (sendLinks_[peer]) return;  // this rank opened its own first: keep using it (ORD-1)
-  link->adoptForSending();
-  sendLinks_[peer] = link;
+  sendLinks_[peer] = link;  // already ready to write: authenticated server links are
 }
 
 void AsioTransport::reportPeerLost(Rank peer, const std::string& reason) {
