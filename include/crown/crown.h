@@ -8,4 +8,8 @@
 #include "crown/bootstrap/controller.h"
 #include "crown/bootstrap/runtime.h"
 #include "crown/common/error.h"
+#include "crown/mesh/actor_mesh.h"
+#include "crown/mesh/point.h"
+#include "crown/mesh/proc_mesh.h"
+#include "crown/mesh/value_mesh.h"
 #include "crown/config.h"

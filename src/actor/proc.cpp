@@ -9,6 +9,10 @@
 #include <unordered_map>
 
 #include "actor/proc_agent.h"
+#include "actor/reorder_buffer.h"
+#include "actor/send_sequencer.h"
+#include "crown/actor/failure.h"
+#include "crown/common/env.h"
 #include "crown/common/log.h"
 
 namespace crown {
@@ -39,36 +43,23 @@ Proc* g_proc = nullptr;                      // the first Proc of the process
 thread_local Proc* t_currentProc = nullptr;  // the Proc running a handler on this thread
 thread_local Actor* t_currentActor = nullptr;
 
-/// A handler's exception as it travels back to the caller.
-struct RemoteFailure {
-  std::uint8_t category = 0;  // 0: handler raised, 1: no such actor
-  std::string type;
-  std::string message;
-  std::string actor;
-  Rank rank = 0;
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& category& type& message& actor& rank;
-  }
-};
-
-std::exception_ptr toException(const RemoteFailure& failure) {
-  if (failure.category == 1) return std::make_exception_ptr(ActorStopped(failure.message));
-  return std::make_exception_ptr(
-      RemoteError(failure.type, failure.message, failure.rank, failure.actor));
-}
+using detail::RemoteFailure;
+using detail::toException;
 
 struct Delivery {
   Envelope envelope;
   wire::Bytes payload;
+  detail::Completion complete;  // set: a request's outcome goes here, not to the sender
 };
 
 // One hosted actor and its mailbox. `scheduled` is true while a drain task
-// for it is queued or running, so at most one thread runs it (ORD-1).
+// for it is queued or running, so at most one thread runs it; `order` puts
+// numbered messages into the mailbox in send order (ORD-1).
 struct Cell {
   std::unique_ptr<Actor> actor;
   std::mutex mutex;
   std::deque<Delivery> mailbox;
+  detail::ReorderBuffer<Delivery> order;
   bool scheduled = false;
 };
 
@@ -91,7 +82,10 @@ struct Proc::Impl {
 
   std::mutex actorsMutex;
   std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> actors;
-  std::atomic<std::uint64_t> nextLocal{kAgentLocalId + 1};
+  std::atomic<std::uint64_t> nextLocal{kFirstActorLocalId};
+  std::unordered_map<std::uint64_t, RawHandler> rawAgents;  // fixed once the transport starts
+  detail::SendSequencer sequencer;
+  std::chrono::milliseconds gapTimeout;
 
   // Guards pending and lost together, so a request is either registered
   // before its peer is marked lost (and failed by the sweep) or sees the mark.
@@ -107,7 +101,12 @@ struct Proc::Impl {
   std::function<void(Rank, const std::string&)> peerLostHandler;
 
   Impl(Proc* proc, Options opts, std::unique_ptr<transport::Transport> t)
-      : self(proc), options(std::move(opts)), transport(std::move(t)), pool(options.pool) {
+      : self(proc),
+        options(std::move(opts)),
+        transport(std::move(t)),
+        pool(options.pool),
+        sequencer(options.size),
+        gapTimeout(env::integer("CROWN_ORDER_GAP_TIMEOUT_MS", 10000, 1, 3600000)) {
     CROWN_CHECK(pool != nullptr, "crown::Proc needs an IoPool");
     lost.assign(options.size, false);
   }
@@ -133,8 +132,23 @@ struct Proc::Impl {
     auto cell = std::make_shared<Cell>();
     cell->actor = std::move(actor);
     std::lock_guard lock(actorsMutex);
-    actors.emplace(local, std::move(cell));
+    if (!actors.emplace(local, std::move(cell)).second) {
+      throw ConfigError("actor id " + wire::toString(id) + " is taken on rank " +
+                        std::to_string(options.rank));
+    }
     return id;
+  }
+
+  std::shared_ptr<Cell> findCell(std::uint64_t local) {
+    std::lock_guard lock(actorsMutex);
+    auto it = actors.find(local);
+    return it == actors.end() ? nullptr : it->second;
+  }
+
+  // ORD-1: number messages to actors; raw agents take theirs unnumbered.
+  void numberForOrder(Envelope& envelope) {
+    if (!rawAgents.count(envelope.dest.local))
+      envelope.seq = sequencer.next(envelope.sender, envelope.dest);
   }
 
   ActorId senderId() const {
@@ -185,33 +199,96 @@ struct Proc::Impl {
       case MessageKind::kFailure:
         completeRequest(std::move(envelope), std::move(payload));
         return;
+      case MessageKind::kHeartbeat:  // consumed by the transport; never reaches here
+        return;
       case MessageKind::kRequest:
       case MessageKind::kOneWay:
         break;
     }
-    std::shared_ptr<Cell> cell;
-    {
-      std::lock_guard lock(actorsMutex);
-      auto it = actors.find(envelope.dest.local);
-      if (it != actors.end()) cell = it->second;
+    if (auto raw = rawAgents.find(envelope.dest.local); raw != rawAgents.end()) {
+      raw->second(std::move(envelope), std::move(payload));
+      return;
     }
+    enqueue(Delivery{std::move(envelope), std::move(payload), nullptr}, fromNetwork);
+  }
+
+  void enqueue(Delivery&& delivery, bool fromNetwork) {
+    std::shared_ptr<Cell> cell = findCell(delivery.envelope.dest.local);
     if (!cell) {
       std::string why =
-          "no actor " + wire::toString(envelope.dest) + " (never spawned, or stopped)";
-      if (envelope.kind == MessageKind::kRequest) {
-        replyFailure(envelope, RemoteFailure{1, "crown::ActorStopped", why, "", options.rank});
-      } else {
-        log::get().warn("dropped a {} message: {}", envelope.type, why);
-      }
+          "no actor " + wire::toString(delivery.envelope.dest) + " (never spawned, or stopped)";
+      refuse(delivery, RemoteFailure{RemoteFailure::kActorStopped, "", why, "", "", options.rank});
       return;
     }
     bool schedule = false;
+    std::optional<Delivery> late;
     {
       std::lock_guard lock(cell->mutex);
-      cell->mailbox.push_back({std::move(envelope), std::move(payload)});
-      schedule = !std::exchange(cell->scheduled, true);
+      if (delivery.envelope.seq == 0) {
+        cell->mailbox.push_back(std::move(delivery));
+      } else {
+        ActorId sender = delivery.envelope.sender;
+        std::uint64_t seq = delivery.envelope.seq;
+        switch (cell->order.accept(sender, seq, delivery, cell->mailbox)) {
+          case detail::ReorderBuffer<Delivery>::Verdict::kHeldFirst:
+            armGapTimer(cell, sender, cell->order.expected(sender));
+            break;
+          case detail::ReorderBuffer<Delivery>::Verdict::kLate:
+            late.emplace(std::move(delivery));
+            break;
+          default:
+            break;
+        }
+      }
+      schedule = !cell->mailbox.empty() && !std::exchange(cell->scheduled, true);
     }
     if (schedule) scheduleDrain(cell, fromNetwork);
+    if (late) {
+      refuse(*late, RemoteFailure{RemoteFailure::kOther, "", "message " +
+                                  std::to_string(late->envelope.seq) + " from " +
+                                  wire::toString(late->envelope.sender) +
+                                  " arrived after the order gap timeout had passed it over",
+                                  "", "", options.rank});
+    }
+  }
+
+  // DLV-1: a message that cannot be handled fails its request; a one-way
+  // message is logged.
+  void refuse(Delivery& delivery, const RemoteFailure& failure) {
+    const Envelope& envelope = delivery.envelope;
+    if (envelope.kind != MessageKind::kRequest) {
+      log::get().warn("dropped a {} message: {}", envelope.type, failure.message);
+    } else if (delivery.complete) {
+      delivery.complete(Outcome{toException(failure), {}, {}});
+    } else {
+      replyFailure(envelope, failure);
+    }
+  }
+
+  // Nothing waits forever behind a gap (ORD-1 with DLV-1): if sender is
+  // still stuck at `stuckAt` when the timer fires, the gap is skipped.
+  void armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender, std::uint64_t stuckAt) {
+    std::weak_ptr<Cell> weak = cell;
+    pool->after(gapTimeout, [this, weak, sender, stuckAt] {
+      auto cell = weak.lock();
+      if (!cell) return;
+      bool schedule = false;
+      {
+        std::lock_guard lock(cell->mutex);
+        std::size_t before = cell->mailbox.size();
+        if (cell->order.giveUp(sender, stuckAt, cell->mailbox)) {
+          armGapTimer(cell, sender, cell->order.expected(sender));
+        }
+        if (cell->mailbox.size() > before && cell->order.expected(sender) != stuckAt) {
+          log::get().warn("messages from {} to {} before number {} never arrived within {} ms "
+                          "(a cast hop lost?); delivering the later ones",
+                          wire::toString(sender), cell->actor->name(), stuckAt,
+                          gapTimeout.count());
+        }
+        schedule = !cell->mailbox.empty() && !std::exchange(cell->scheduled, true);
+      }
+      if (schedule) scheduleDrain(cell, false);
+    });
   }
 
   void completeRequest(Envelope&& envelope, wire::Bytes&& payload) {
@@ -260,7 +337,7 @@ struct Proc::Impl {
     Actor* outer = std::exchange(t_currentActor, &actor);
     Proc* outerProc = std::exchange(t_currentProc, self);
     std::optional<detail::HandlerResult> result;
-    RemoteFailure failure{0, "", "", actor.name(), options.rank};
+    RemoteFailure failure{RemoteFailure::kRaised, "", "", actor.name(), "", options.rank};
     try {
       const detail::Handler* handler = detail::ActorAccess::find(actor, envelope.type);
       if (!handler) {
@@ -277,6 +354,14 @@ struct Proc::Impl {
     }
     t_currentActor = outer;
     t_currentProc = outerProc;
+    if (delivery.complete) {
+      if (result) {
+        delivery.complete(Outcome{nullptr, std::move(result->type), std::move(result->payload)});
+      } else {
+        delivery.complete(Outcome{toException(failure), {}, {}});
+      }
+      return;
+    }
     if (envelope.kind != MessageKind::kRequest) {
       if (!result) {
         log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(),
@@ -334,6 +419,7 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
            std::vector<transport::Endpoint> peers)
     : impl_(std::make_unique<Impl>(this, std::move(options), std::move(transport))) {
   impl_->host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
+  if (impl_->options.installAgents) impl_->options.installAgents(*this);
   transport::TransportCallbacks callbacks;
   callbacks.onMessage = [impl = impl_.get()](Rank, wire::Envelope&& envelope,
                                              wire::Bytes&& payload) {
@@ -355,6 +441,8 @@ Proc::~Proc() {
   stop(std::chrono::milliseconds(0));
   if (g_proc == this) g_proc = nullptr;
 }
+
+const Actor* Actor::current() { return t_currentActor; }
 
 Proc& Proc::current() {
   if (t_currentProc != nullptr) return *t_currentProc;
@@ -391,13 +479,36 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Byte
     return id;
   }
   Envelope envelope{MessageKind::kRequest, impl_->senderId(), dest, id, std::move(type)};
+  impl_->numberForOrder(envelope);
   impl_->route({std::move(envelope), std::move(payload)});
   return id;
 }
 
 void Proc::sendRaw(const ActorId& dest, std::string type, wire::Bytes payload) {
   Envelope envelope{MessageKind::kOneWay, impl_->senderId(), dest, 0, std::move(type)};
+  impl_->numberForOrder(envelope);
   impl_->route({std::move(envelope), std::move(payload)});
+}
+
+void Proc::deliverLocal(wire::Envelope envelope, wire::Bytes payload,
+                        detail::Completion complete) {
+  envelope.dest.rank = impl_->options.rank;
+  impl_->enqueue(Delivery{std::move(envelope), std::move(payload), std::move(complete)}, false);
+}
+
+void Proc::reply(const wire::Envelope& request, std::string type, wire::Bytes payload) {
+  impl_->reply(request, MessageKind::kReply, std::move(type), std::move(payload));
+}
+
+void Proc::replyFailure(const wire::Envelope& request, std::exception_ptr error) {
+  impl_->replyFailure(request, detail::describeFailure(error, impl_->options.rank));
+}
+
+ActorId Proc::currentSender() const { return impl_->senderId(); }
+
+std::vector<std::uint64_t> Proc::reserveSeqs(const ActorId& sender, std::uint64_t destLocal,
+                                             const std::vector<std::size_t>& ranks) {
+  return impl_->sequencer.next(sender, destLocal, ranks);
 }
 
 void Proc::cancelRequest(std::uint64_t requestId) {
@@ -407,6 +518,16 @@ void Proc::cancelRequest(std::uint64_t requestId) {
 
 ActorId Proc::spawnLocal(std::unique_ptr<Actor> actor, std::string name) {
   return impl_->host(std::move(actor), impl_->nextLocal.fetch_add(1), std::move(name));
+}
+
+ActorId Proc::spawnLocalAt(std::uint64_t local, std::unique_ptr<Actor> actor, std::string name) {
+  return impl_->host(std::move(actor), local, std::move(name));
+}
+
+void Proc::setRawAgent(std::uint64_t local, RawHandler handler) {
+  CROWN_CHECK(local > kAgentLocalId && local < kFirstActorLocalId,
+              "raw agents take the system ids 2.." + std::to_string(kFirstActorLocalId - 1));
+  impl_->rawAgents[local] = std::move(handler);
 }
 
 void Proc::stopLocal(std::uint64_t local) {

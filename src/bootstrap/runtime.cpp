@@ -13,6 +13,7 @@
 #include "crown/actor/agent.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/mesh/cast.h"
 #include "crown/transport/transport.h"
 
 namespace crown {
@@ -167,7 +168,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   }
   self.endpoint_ = peers[topo.rank];
 
-  Proc::Options procOptions{topo.rank, topo.size, topo.hostNames, pool};
+  Proc::Options procOptions{topo.rank, topo.size, topo.hostNames, pool, /*stopsPool=*/true,
+                            mesh::installAgents};
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;
 

@@ -14,7 +14,8 @@ ProcessLost::ProcessLost(Rank rank, std::string host, std::string reason)
     : Error("process lost: rank " + std::to_string(rank) + (host.empty() ? "" : " on " + host) +
             ": " + reason),
       rank_(rank),
-      host_(std::move(host)) {}
+      host_(std::move(host)),
+      reason_(std::move(reason)) {}
 
 namespace detail {
 void throwCheckFailed(const char* file, int line, const std::string& what) {

@@ -1,5 +1,7 @@
 #include "crown/mesh/cast_tree.h"
 
+#include <algorithm>
+
 #include "crown/common/error.h"
 
 namespace crown::mesh {
@@ -9,25 +11,9 @@ CastTree::CastTree(Slice slice, std::size_t fanout)
   if (fanout_ == 0) throw ConfigError("a cast tree needs a fan-out of at least 1");
 }
 
-std::size_t CastTree::indexOf(std::size_t rank) const {
-  auto coords = slice_.coordinates(rank);  // throws for a non-member
-  std::size_t index = 0;
-  for (std::size_t d = 0; d < coords.size(); ++d) index = index * slice_.sizes()[d] + coords[d];
-  return index;
-}
+std::size_t CastTree::indexOf(std::size_t rank) const { return slice_.indexOf(rank); }
 
-std::size_t CastTree::rankAt(std::size_t index) const {
-  if (index >= size_) {
-    throw ConfigError("member " + std::to_string(index) + " of a cast tree of " +
-                      std::to_string(size_) + " members");
-  }
-  std::vector<std::size_t> coords(slice_.dims());
-  for (std::size_t d = slice_.dims(); d-- > 0;) {
-    coords[d] = index % slice_.sizes()[d];
-    index /= slice_.sizes()[d];
-  }
-  return slice_.location(coords);
-}
+std::size_t CastTree::rankAt(std::size_t index) const { return slice_.rankAt(index); }
 
 std::vector<std::size_t> CastTree::ranksOf(std::size_t firstIndex) const {
   std::vector<std::size_t> ranks;
@@ -44,6 +30,23 @@ std::vector<std::size_t> CastTree::children(std::size_t rank) const {
   // without computing it, which could overflow for a large fan-out).
   if (index + 1 > (size_ - 1) / fanout_) return {};
   return ranksOf(fanout_ * (index + 1));
+}
+
+std::vector<std::size_t> CastTree::subtree(std::size_t rank) const {
+  // Below member i are the index ranges [k(first+1), k(last+1)+k-1] of each
+  // level, starting from [i, i]: consecutive at every level.
+  std::vector<std::size_t> ranks;
+  std::size_t first = indexOf(rank);
+  std::size_t last = first;
+  while (first < size_) {
+    for (std::size_t i = first; i <= last && i < size_; ++i) ranks.push_back(rankAt(i));
+    if (first + 1 > (size_ - 1) / fanout_) break;  // no child of first exists (no overflow)
+    first = fanout_ * (first + 1);
+    // Members beyond n-1 do not exist, so clipping last loses none (and
+    // keeps the products small).
+    last = std::min(size_ - 1, fanout_ * (std::min(last, size_ - 1) + 1) + fanout_ - 1);
+  }
+  return ranks;
 }
 
 std::size_t CastTree::depthOfIndex(std::size_t index) const {

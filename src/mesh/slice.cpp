@@ -289,4 +289,24 @@ std::string Slice::toString() const {
 
 std::ostream& operator<<(std::ostream& out, const Slice& slice) { return out << slice.toString(); }
 
+std::size_t Slice::indexOf(std::size_t rank) const {
+  auto coords = coordinates(rank);  // throws for a non-member
+  std::size_t index = 0;
+  for (std::size_t d = 0; d < coords.size(); ++d) index = index * sizes_[d] + coords[d];
+  return index;
+}
+
+std::size_t Slice::rankAt(std::size_t index) const {
+  if (index >= size()) {
+    throw ConfigError("position " + std::to_string(index) + " in a slice of " +
+                      std::to_string(size()) + " ranks");
+  }
+  std::vector<std::size_t> coords(dims());
+  for (std::size_t d = dims(); d-- > 0;) {
+    coords[d] = index % sizes_[d];
+    index /= sizes_[d];
+  }
+  return location(coords);
+}
+
 }  // namespace crown::mesh

@@ -52,6 +52,14 @@ void IoPool::defer(std::function<void()> task) {
   boost::asio::defer(impl_->io, asTask(*impl_, std::move(task)));
 }
 
+void IoPool::after(std::chrono::milliseconds delay, std::function<void()> task) {
+  auto timer = std::make_shared<boost::asio::steady_timer>(impl_->io, delay);
+  timer->async_wait([timer, task = asTask(*impl_, std::move(task))](
+                        const boost::system::error_code& error) {
+    if (!error) task();
+  });
+}
+
 void IoPool::stop() {
   {
     std::lock_guard lock(impl_->mutex);

@@ -7,9 +7,9 @@
 namespace crown::wire {
 namespace {
 
-// kind u8 | sender rank u32, local u64 | dest rank u32, local u64 | request id u64 | type len u16 |
-// type
-constexpr std::size_t kFixedBytes = 1 + 12 + 12 + 8 + 2;
+// kind u8 | sender rank u32, local u64 | dest rank u32, local u64 | request id u64 | seq u64 |
+// type len u16 | type
+constexpr std::size_t kFixedBytes = 1 + 12 + 12 + 8 + 8 + 2;
 constexpr std::size_t kMaxTypeBytes = 0xFFFF;
 
 }  // namespace
@@ -28,7 +28,8 @@ void encodeEnvelope(const Envelope& envelope, std::byte* out) {
   storeLe<std::uint32_t>(out + 13, envelope.dest.rank);
   storeLe<std::uint64_t>(out + 17, envelope.dest.local);
   storeLe<std::uint64_t>(out + 25, envelope.requestId);
-  storeLe<std::uint16_t>(out + 33, static_cast<std::uint16_t>(envelope.type.size()));
+  storeLe<std::uint64_t>(out + 33, envelope.seq);
+  storeLe<std::uint16_t>(out + 41, static_cast<std::uint16_t>(envelope.type.size()));
   std::memcpy(out + kFixedBytes, envelope.type.data(), envelope.type.size());
 }
 
@@ -45,7 +46,8 @@ Envelope decodeEnvelope(const std::byte* in, std::size_t size) {
   envelope.sender = {loadLe<std::uint32_t>(in + 1), loadLe<std::uint64_t>(in + 5)};
   envelope.dest = {loadLe<std::uint32_t>(in + 13), loadLe<std::uint64_t>(in + 17)};
   envelope.requestId = loadLe<std::uint64_t>(in + 25);
-  std::size_t typeBytes = loadLe<std::uint16_t>(in + 33);
+  envelope.seq = loadLe<std::uint64_t>(in + 33);
+  std::size_t typeBytes = loadLe<std::uint16_t>(in + 41);
   if (kFixedBytes + typeBytes != size) {
     throw ProtocolError("envelope type name of " + std::to_string(typeBytes) +
                         " bytes does not fit an envelope of " + std::to_string(size));

@@ -42,6 +42,9 @@ class Actor {
   const std::string& name() const { return name_; }
   Rank rank() const { return id_.rank; }
 
+  /// The actor whose handler this thread is running, or nullptr.
+  static const Actor* current();
+
  protected:
   /// Registers the handler of message type Msg: `fn(const Msg&)` returns the
   /// reply (any serializable type) or nothing. An exception thrown by `fn`

@@ -49,6 +49,12 @@ void completeFuture(FutureState<R>& state, Outcome&& outcome) {
 }  // namespace detail
 
 constexpr std::uint64_t kAgentLocalId = 1;
+/// Local ids below this are the system agents' (the proc agent, the mesh
+/// layer's agents); actors spawned one by one get ids from here up.
+constexpr std::uint64_t kFirstActorLocalId = 16;
+/// Set in the local id of a mesh actor: one id, chosen by whoever spawned
+/// the mesh, on every rank of it, so a cast names its destination once.
+constexpr std::uint64_t kMeshLocalBit = std::uint64_t{1} << 63;
 
 class Proc {
  public:
@@ -62,7 +68,15 @@ class Proc {
     /// simulated procs of SIM-1): then whoever made the pool stops it, after
     /// every Proc's stop() and before any Proc is destroyed.
     bool stopsPool = true;
+    /// Hosts the system agents (the mesh layer's, say) before the transport
+    /// starts, so that no message can arrive ahead of them.
+    std::function<void(Proc&)> installAgents;
   };
+
+  /// A system agent that takes its messages, envelope and all, on the
+  /// delivering thread (no mailbox, no ORD-1 buffering): for routing agents
+  /// that forward and answer later. Must not block.
+  using RawHandler = std::function<void(wire::Envelope&&, wire::Bytes&&)>;
 
   /// Starts serving: the transport is started with `peers` (every rank's endpoint).
   Proc(Options options, std::unique_ptr<transport::Transport> transport,
@@ -100,6 +114,11 @@ class Proc {
 
   /// Hosts `actor` on this rank under `name`.
   ActorId spawnLocal(std::unique_ptr<Actor> actor, std::string name);
+  /// Hosts `actor` under a chosen local id (a mesh actor's). Throws
+  /// ConfigError when the id is taken.
+  ActorId spawnLocalAt(std::uint64_t local, std::unique_ptr<Actor> actor, std::string name);
+  /// Only from Options::installAgents: messages to `local` go to `handler`.
+  void setRawAgent(std::uint64_t local, RawHandler handler);
   /// Stops a local actor after the message it is handling; later messages fail with ActorStopped.
   void stopLocal(std::uint64_t local);
 
@@ -118,7 +137,23 @@ class Proc {
   /// Lets running handlers finish, then flushes and closes the transport.
   void stop(std::chrono::milliseconds flushTimeout);
 
-  // Untyped layer under request()/send().
+  /// Hands a message to a local actor as if envelope.sender had sent it,
+  /// in ORD-1 order by envelope.seq. The outcome of a kRequest goes to
+  /// `complete` (on a pool thread) instead of back to the sender: this is
+  /// how a cast hop delivers to its member actor.
+  void deliverLocal(wire::Envelope envelope, wire::Bytes payload, detail::Completion complete);
+  /// Answers a kRequest that a raw agent took, from any thread, later.
+  void reply(const wire::Envelope& request, std::string type, wire::Bytes payload);
+  void replyFailure(const wire::Envelope& request, std::exception_ptr error);
+  /// Who sends from this thread now: the running actor, else {rank, 0}.
+  ActorId currentSender() const;
+  /// ORD-1 positions of the next messages from sender to actor destLocal of
+  /// each rank; a cast reserves them and carries them to its members.
+  std::vector<std::uint64_t> reserveSeqs(const ActorId& sender, std::uint64_t destLocal,
+                                         const std::vector<std::size_t>& ranks);
+
+  // Untyped layer under request()/send(). Messages to actors are numbered
+  // for ORD-1; messages to raw agents are not.
   std::uint64_t requestRaw(const ActorId& dest, std::string type, wire::Bytes payload,
                            detail::Completion complete);
   void sendRaw(const ActorId& dest, std::string type, wire::Bytes payload);

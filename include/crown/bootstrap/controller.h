@@ -10,6 +10,8 @@
 
 #include "crown/actor/spawn.h"
 #include "crown/bootstrap/runtime.h"
+#include "crown/mesh/proc_mesh.h"
+#include "crown/mesh/world_shape.h"
 
 namespace crown {
 
@@ -20,6 +22,15 @@ class Controller {
   Rank size() const { return runtime_.topology().size; }
   const Topology& topology() const { return runtime_.topology(); }
   Runtime& runtime() { return runtime_; }
+
+  /// Every rank of the launch as {"hosts": H, "procs": P}. Throws
+  /// ConfigError when the hosts hold different numbers of ranks (or hold
+  /// them unevenly): then use worldFlat().
+  ProcMesh world() const {
+    return ProcMesh(mesh::hostsProcsShape(topology().hostIndexOf, topology().hostNames));
+  }
+  /// Every rank of the launch as {"ranks": N}; always possible.
+  ProcMesh worldFlat() const { return ProcMesh(mesh::Shape{{"ranks", size()}}); }
 
   /// Spawns A(args...) on `rank` and waits until it is constructed. A
   /// constructor that throws makes this throw crown::RemoteError.

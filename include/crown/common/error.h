@@ -58,10 +58,13 @@ class ProcessLost : public Error {
   ProcessLost(Rank rank, std::string host, std::string reason);
   Rank rank() const { return rank_; }
   const std::string& host() const { return host_; }
+  /// Why it was lost ("connection reset", "no heartbeat for 5000 ms").
+  const std::string& reason() const { return reason_; }
 
  private:
   Rank rank_;
   std::string host_;
+  std::string reason_;
 };
 
 /// A request or wait outlived its deadline.

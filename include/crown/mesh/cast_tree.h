@@ -29,6 +29,8 @@ class CastTree {
   std::vector<std::size_t> rootChildren() const;
   /// The ranks `rank` forwards to. Throws ConfigError when rank is not a member.
   std::vector<std::size_t> children(std::size_t rank) const;
+  /// `rank` and every member below it: whom a cast loses when that hop dies.
+  std::vector<std::size_t> subtree(std::size_t rank) const;
   /// Hops from the sender to `rank` (1 for the root's children).
   std::size_t depth(std::size_t rank) const;
   /// The largest depth of any member.

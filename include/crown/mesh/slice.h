@@ -66,6 +66,11 @@ class Slice {
   /// slice.
   std::vector<std::size_t> coordinates(std::size_t rank) const;
   bool contains(std::size_t rank) const;
+  /// The position of rank in row-major order (0..size()-1). Throws
+  /// ConfigError when the rank is not in the slice.
+  std::size_t indexOf(std::size_t rank) const;
+  /// The rank at row-major position index. Throws ConfigError past the end.
+  std::size_t rankAt(std::size_t index) const;
   /// Every rank, in row-major order of coordinates.
   std::vector<std::size_t> ranks() const;
 

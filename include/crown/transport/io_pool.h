@@ -14,6 +14,7 @@
 // Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 
@@ -34,6 +35,9 @@ class IoPool {
   /// elsewhere: as post). For a current task that does not block after it:
   /// the deferred task waits for it.
   void defer(std::function<void()> task);
+  /// Runs `task` on a pool thread once `delay` has passed (not at all if the
+  /// pool stops first).
+  void after(std::chrono::milliseconds delay, std::function<void()> task);
   /// Stops the io_context and joins the threads (not from a pool thread).
   void stop();
   /// True on a thread of this pool.

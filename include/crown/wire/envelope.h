@@ -40,6 +40,10 @@ struct Envelope {
   ActorId dest;
   std::uint64_t requestId = 0;
   std::string type;  ///< registered message type name
+  /// ORD-1: the position of this message among those from sender to dest
+  /// (1, 2, ...), so the destination can restore send order when a cast and
+  /// a direct send take different paths. 0: not ordered (replies, agents).
+  std::uint64_t seq = 0;
 };
 
 std::size_t encodedSize(const Envelope& envelope);

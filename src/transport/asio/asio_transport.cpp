@@ -530,7 +530,7 @@ AsioTransport::AsioTransport(const AsioOptions& options)
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     acceptor_.bind(endpoint);
     acceptor_.listen(asio::socket_base::max_listen_connections);
-    local_ = {options.bindAddress, acceptor_.local_endpoint().port()};
+    local_ = {options.bindAddress, acceptor_.local_endpoint().port(), {}};
   } catch (const boost::system::system_error& e) {
     throw BootstrapError("rank " + std::to_string(options.rank) + " cannot listen on " +
                          options.bindAddress + ": " + e.code().message() +

@@ -49,6 +49,19 @@ void checkTree(const Slice& slice, std::size_t k) {
   EXPECT_EQ(tree.height(), maxDepth);
   if (k >= 2) EXPECT_LE(maxDepth, ceilLog(members.size(), k) + 1);
   for (std::size_t i = 0; i < members.size(); ++i) ASSERT_EQ(tree.rankAt(i), members[i]);
+  // subtree(r): exactly r and what the walk reaches from it (checked for a few members).
+  for (std::size_t i = 0; i < members.size(); i += 1 + members.size() / 7) {
+    std::set<std::size_t> expected;
+    std::deque<std::size_t> below{members[i]};
+    while (!below.empty()) {
+      expected.insert(below.front());
+      for (auto child : tree.children(below.front())) below.push_back(child);
+      below.pop_front();
+    }
+    auto subtree = tree.subtree(members[i]);
+    ASSERT_EQ(std::set<std::size_t>(subtree.begin(), subtree.end()), expected);
+    ASSERT_EQ(subtree.size(), expected.size()) << "a member listed twice";
+  }
 }
 
 TEST(CastTree, WholeMeshesFromOneToFourThousandRanks) {

@@ -8,7 +8,7 @@ namespace crown::wire {
 namespace {
 
 Envelope sampleEnvelope() {
-  return Envelope{MessageKind::kRequest, {3, 17}, {5, 99}, 123456789, "example.Ping"};
+  return Envelope{MessageKind::kRequest, {3, 17}, {5, 99}, 123456789, "example.Ping", 42};
 }
 
 TEST(Envelope, RoundTripsEveryField) {
@@ -21,6 +21,7 @@ TEST(Envelope, RoundTripsEveryField) {
   EXPECT_EQ(out.dest, in.dest);
   EXPECT_EQ(out.requestId, in.requestId);
   EXPECT_EQ(out.type, in.type);
+  EXPECT_EQ(out.seq, in.seq);
 }
 
 TEST(Envelope, TruncatedIsRejected) {

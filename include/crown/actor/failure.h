@@ -1,0 +1,41 @@
+// A failure as it travels between processes: a handler's exception, a
+// missing actor, a lost process. Requests carry one back to their caller;
+// casts carry one per failed member (mesh layer). A plain value: any thread.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "crown/common/error.h"
+
+namespace crown::detail {
+
+struct RemoteFailure {
+  enum Category : std::uint8_t {
+    kRaised = 0,        ///< a handler threw: RemoteError
+    kActorStopped = 1,  ///< no such actor: ActorStopped
+    kProcessLost = 2,   ///< its process was lost: ProcessLost
+    kOther = 3,         ///< a crown::Error of another kind, as Error
+  };
+  std::uint8_t category = kRaised;
+  std::string type;     ///< the exception's type name (kRaised)
+  std::string message;  ///< what(), or the handler's message (kRaised)
+  std::string actor;    ///< the actor that raised (kRaised)
+  std::string host;     ///< the lost process's host (kProcessLost)
+  Rank rank = 0;        ///< where it was raised, or the lost rank
+
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& category& type& message& actor& host& rank;
+  }
+};
+
+/// The wire form of an exception (RemoteError, ProcessLost and ActorStopped
+/// keep their kind; anything else becomes kOther with its message).
+RemoteFailure describeFailure(std::exception_ptr error, Rank rank);
+
+/// The exception a caller sees: RemoteError, ActorStopped, ProcessLost or Error.
+std::exception_ptr toException(const RemoteFailure& failure);
+
+}  // namespace crown::detail

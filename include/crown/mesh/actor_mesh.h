@@ -1,0 +1,143 @@
+// ActorMesh<A>: one actor of type A on every proc of a ProcMesh (or a slice
+// of one), addressed as a whole. Messages to it travel by cast through the
+// multicast tree (cast.h); the adverbs follow Monarch's names:
+//   call<R>(msg)       every member's reply, as a ValueMesh<R>
+//   call_one<R>(msg)   the one member's reply (the mesh must have one actor)
+//   choose<R>(msg)     one member's reply, a different member each time
+//   stream<R>(msg)     the replies as they arrive
+//   broadcast(msg)     no replies
+//   reduce<R, Op>(msg) the replies combined up the tree (Sum, Min, Max, own)
+// ORD-1 holds between these and direct sends from the same sender. A plain
+// value that travels inside messages; any thread.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <string>
+
+#include "crown/actor/ref.h"
+#include "crown/mesh/cast.h"
+#include "crown/mesh/mesh_stream.h"
+#include "crown/mesh/reducer.h"
+#include "crown/mesh/shape.h"
+#include "crown/mesh/sliceable.h"
+#include "crown/mesh/value_mesh.h"
+
+namespace crown {
+
+namespace mesh::detail {
+/// A member for choose(): round robin over the members still alive.
+std::size_t chooseMember(Proc& proc, const Shape& shape);
+}  // namespace mesh::detail
+
+template <class A>
+class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
+ public:
+  ActorMesh() = default;
+  ActorMesh(mesh::Shape shape, std::uint64_t local) : shape_(std::move(shape)), local_(local) {}
+
+  const mesh::Shape& shape() const { return shape_; }
+  /// The same actors over another shape (slicing: mesh::Sliceable).
+  ActorMesh with(mesh::Shape shape) const { return ActorMesh(std::move(shape), local_); }
+  /// The local id every member has on its own rank.
+  std::uint64_t localId() const { return local_; }
+
+  /// The member at coords (one index per label), for direct messages.
+  ActorRef<A> ref(const std::map<std::string, std::size_t>& coords) const {
+    return ActorRef<A>(ActorId{static_cast<Rank>(shape_.rank(coords)), local_});
+  }
+
+  template <class R, class Msg>
+  Future<ValueMesh<R>> call(const Msg& message) const {
+    auto state = std::make_shared<detail::FutureState<ValueMesh<R>>>();
+    castAs(message, mesh::CastMode::kCollect, {}, [state, shape = shape_](mesh::CastResult&& r) {
+      state->setValue(ValueMesh<R>::fromCast(shape, std::move(r)));
+    });
+    return Future<ValueMesh<R>>(state);
+  }
+
+  /// Throws ConfigError, before sending anything, unless the mesh has exactly one actor.
+  template <class R, class Msg>
+  Future<R> call_one(const Msg& message) const {
+    if (this->size() != 1) {
+      throw ConfigError("call_one needs a mesh of exactly one actor; this one is " +
+                        shape_.toString() + " (" + std::to_string(this->size()) +
+                        " actors): slice it to one first, e.g. mesh.at(\"" +
+                        (shape_.dims() ? shape_.labels()[0] : std::string("procs")) +
+                        "\", 0), or use call()");
+    }
+    return Proc::current().request<R>(ActorId{static_cast<Rank>(shape_.ranks()[0]), local_},
+                                      message);
+  }
+
+  template <class R, class Msg>
+  Future<R> choose(const Msg& message) const {
+    Proc& proc = Proc::current();
+    Rank rank = static_cast<Rank>(mesh::detail::chooseMember(proc, shape_));
+    return proc.request<R>(ActorId{rank, local_}, message);
+  }
+
+  template <class R, class Msg>
+  MeshStream<R> stream(const Msg& message) const {
+    auto state = std::make_shared<typename MeshStream<R>::State>();
+    state->shape = shape_;
+    castAs(message, mesh::CastMode::kStream, {}, {},
+           [state](mesh::CastEntry&& entry) { state->push(std::move(entry)); });
+    return MeshStream<R>(state);
+  }
+
+  template <class Msg>
+  void broadcast(const Msg& message) const {
+    castAs(message, mesh::CastMode::kBroadcast, {}, {});
+  }
+
+  /// The replies combined by Op (mesh::Sum, Min, Max, or an associative and
+  /// commutative type or captureless lambda of your own) at every hop. Fails
+  /// with MeshError, naming each failed member, if any failed.
+  template <class R, class Op, class Msg>
+  Future<R> reduce(const Msg& message, Op = {}) const {
+    auto state = std::make_shared<detail::FutureState<R>>();
+    castAs(message, mesh::CastMode::kReduce, mesh::reducerKey<R, Op>(),
+           [state, shape = shape_](mesh::CastResult&& result) {
+             try {
+               std::vector<MeshError::Failure> failures;
+               for (const auto& entry : result.entries) {
+                 auto error = mesh::detail::errorOf(entry);
+                 failures.push_back({entry.rank, error, mesh::detail::describe(error)});
+               }
+               if (!failures.empty()) throw MeshError("reduce", shape.size(), failures);
+               state->setValue(wire::fromBytes<R>(result.value));
+             } catch (...) {
+               state->setError(std::current_exception());
+             }
+           });
+    return Future<R>(state);
+  }
+
+  friend bool operator==(const ActorMesh&, const ActorMesh&) = default;
+
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& shape_& local_;
+  }
+
+ private:
+  template <class Msg>
+  void castAs(const Msg& message, mesh::CastMode mode, std::string reducer,
+              std::function<void(mesh::CastResult&&)> done,
+              std::function<void(mesh::CastEntry&&)> onEntry = {}) const {
+    mesh::CastRequest request{shape_.slice(),
+                              mesh::castFanout(),
+                              local_,
+                              wire::messageName<Msg>(),
+                              wire::toBytes(message),
+                              mode,
+                              std::move(reducer)};
+    mesh::cast(Proc::current(), std::move(request), std::move(done), std::move(onEntry));
+  }
+
+  mesh::Shape shape_;
+  std::uint64_t local_ = 0;
+};
+
+}  // namespace crown

@@ -1,0 +1,44 @@
+// SimulatedWorld (SIM-1): V virtual procs inside this process, on the
+// in-process transport and one shared IoPool, each running the same Proc,
+// agents and cast code as a real rank. For tests and benchmarks of trees of
+// thousands of procs. The calling thread acts from virtual proc 0 (the
+// controller) as long as this is the process's first Proc.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "crown/actor/proc.h"
+#include "crown/mesh/proc_mesh.h"
+
+namespace crown::transport {
+class LocalHub;
+}
+
+namespace crown::mesh {
+
+class SimulatedWorld {
+ public:
+  /// `procs` virtual procs; world() has the shape `dims` (default {"procs": procs}),
+  /// whose sizes must multiply to procs.
+  explicit SimulatedWorld(std::size_t procs, std::vector<Dim> dims = {});
+  /// Stops every proc, then the pool.
+  ~SimulatedWorld();
+  SimulatedWorld(const SimulatedWorld&) = delete;
+  SimulatedWorld& operator=(const SimulatedWorld&) = delete;
+
+  std::size_t size() const { return procs_.size(); }
+  Proc& proc(Rank rank) { return *procs_.at(rank); }
+  ProcMesh world() const { return ProcMesh(shape_); }
+  /// Virtual proc `rank` drops out, as a killed process would: every other
+  /// proc learns it is lost, and nothing reaches it any more.
+  void disconnect(Rank rank);
+
+ private:
+  Shape shape_;
+  std::shared_ptr<transport::IoPool> pool_;
+  std::shared_ptr<transport::LocalHub> hub_;
+  std::vector<std::unique_ptr<Proc>> procs_;
+};
+
+}  // namespace crown::mesh

@@ -1,0 +1,40 @@
+#include "crown/actor/failure.h"
+
+#include "crown/wire/serialize.h"
+
+namespace crown::detail {
+
+RemoteFailure describeFailure(std::exception_ptr error, Rank rank) {
+  RemoteFailure failure;
+  failure.rank = rank;
+  try {
+    std::rethrow_exception(error);
+  } catch (const RemoteError& e) {
+    failure = {RemoteFailure::kRaised, e.remoteType(), e.remoteMessage(), e.actor(), "", e.rank()};
+  } catch (const ProcessLost& e) {
+    failure = {RemoteFailure::kProcessLost, "", e.reason(), "", e.host(), e.rank()};
+  } catch (const ActorStopped& e) {
+    failure = {RemoteFailure::kActorStopped, "", e.what(), "", "", rank};
+  } catch (const std::exception& e) {
+    failure = {RemoteFailure::kOther, wire::demangle(typeid(e).name()), e.what(), "", "", rank};
+  } catch (...) {
+    failure = {RemoteFailure::kOther, "unknown exception", "not a std::exception", "", "", rank};
+  }
+  return failure;
+}
+
+std::exception_ptr toException(const RemoteFailure& failure) {
+  switch (failure.category) {
+    case RemoteFailure::kRaised:
+      return std::make_exception_ptr(
+          RemoteError(failure.type, failure.message, failure.rank, failure.actor));
+    case RemoteFailure::kActorStopped:
+      return std::make_exception_ptr(ActorStopped(failure.message));
+    case RemoteFailure::kProcessLost:
+      return std::make_exception_ptr(ProcessLost(failure.rank, failure.host, failure.message));
+    default:
+      return std::make_exception_ptr(Error(failure.message));
+  }
+}
+
+}  // namespace crown::detail

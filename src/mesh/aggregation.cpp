@@ -1,0 +1,109 @@
+#include "mesh/aggregation.h"
+
+#include "crown/actor/failure.h"
+#include "crown/common/log.h"
+
+namespace crown::mesh::detail {
+
+CastEntry failureEntry(std::uint64_t rank, const std::exception_ptr& error) {
+  auto failure = crown::detail::describeFailure(error, static_cast<Rank>(rank));
+  return CastEntry{rank, false, "", wire::toBytes(failure)};
+}
+
+CastEntry entryFor(std::uint64_t rank, crown::detail::Outcome&& outcome) {
+  if (outcome.error) return failureEntry(rank, outcome.error);
+  return CastEntry{rank, true, std::move(outcome.type), std::move(outcome.payload)};
+}
+
+Aggregation::Aggregation(CastMode mode, const std::string& reducerKey, std::size_t parts,
+                         std::function<void(CastResult&&)> done,
+                         std::function<void(CastEntry&&)> onEntry)
+    : mode_(mode),
+      reducer_(mode == CastMode::kReduce ? findReducer(reducerKey) : nullptr),
+      reducerKey_(reducerKey),
+      done_(std::move(done)),
+      onEntry_(std::move(onEntry)),
+      remaining_(parts) {}
+
+void Aggregation::member(CastEntry entry) {
+  {
+    std::lock_guard lock(mutex_);
+    add(std::move(entry));
+  }
+  finishPart();
+}
+
+void Aggregation::child(CastResult&& subtree) {
+  {
+    std::lock_guard lock(mutex_);
+    if (mode_ == CastMode::kReduce && subtree.hasValue) {
+      fold(subtree.valueType, subtree.value, 0);
+    }
+    for (auto& entry : subtree.entries) add(std::move(entry));
+  }
+  finishPart();
+}
+
+void Aggregation::childLost(const std::vector<std::size_t>& subtree,
+                            const std::exception_ptr& error) {
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t rank : subtree) add(failureEntry(rank, error));
+  }
+  finishPart();
+}
+
+void Aggregation::relay(CastEntry entry) {
+  if (onEntry_) onEntry_(std::move(entry));
+}
+
+void Aggregation::add(CastEntry&& entry) {
+  switch (mode_) {
+    case CastMode::kStream:
+      // Handed on under the mutex, before this part is counted, so the
+      // subtree's final answer never overtakes an entry.
+      relay(std::move(entry));
+      return;
+    case CastMode::kReduce:
+      if (entry.ok) {
+        fold(entry.type, entry.payload, entry.rank);
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  result_.entries.push_back(std::move(entry));
+}
+
+// A value that cannot be folded becomes a failure of its member (rank 0 for
+// a subtree's partial value, whose members each answered).
+void Aggregation::fold(const std::string& type, const wire::Bytes& value, std::uint64_t rank) {
+  try {
+    if (!reducer_) throw Error("no reducer " + reducerKey_ + " in this program");
+    if (type != reducer_->valueType) {
+      throw ProtocolError("the reply of type " + type + " cannot be reduced by " + reducerKey_);
+    }
+    if (!result_.hasValue) {
+      result_.value = value;
+      result_.valueType = type;
+      result_.hasValue = true;
+    } else {
+      result_.value = reducer_->combine(result_.value, value);
+    }
+  } catch (...) {
+    result_.entries.push_back(failureEntry(rank, std::current_exception()));
+  }
+}
+
+void Aggregation::finishPart() {
+  CastResult result;
+  {
+    std::lock_guard lock(mutex_);
+    if (remaining_ == 0 || --remaining_ > 0) return;
+    result = std::move(result_);
+  }
+  if (done_) done_(std::move(result));
+}
+
+}  // namespace crown::mesh::detail

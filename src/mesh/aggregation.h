@@ -1,0 +1,52 @@
+// Aggregation: combines the outcomes of one cast hop's subtree (or, at the
+// sender, of the whole cast) as they arrive from any thread: the member's
+// own actor, each child hop's subtree result, or a child hop's loss. When
+// every expected part is in, `done` gets the result (DLV-1: a lost child
+// counts, with an error entry for each member below it). Thread-safe.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "crown/mesh/cast.h"
+#include "crown/mesh/reducer.h"
+
+namespace crown::mesh::detail {
+
+/// A member's outcome as a cast entry.
+CastEntry entryFor(std::uint64_t rank, crown::detail::Outcome&& outcome);
+CastEntry failureEntry(std::uint64_t rank, const std::exception_ptr& error);
+
+class Aggregation {
+ public:
+  Aggregation(CastMode mode, const std::string& reducerKey, std::size_t parts,
+              std::function<void(CastResult&&)> done, std::function<void(CastEntry&&)> onEntry);
+
+  /// One member's outcome (one part): the local actor's, or a known-lost member's.
+  void member(CastEntry entry);
+  /// A child hop's subtree result (one part).
+  void child(CastResult&& subtree);
+  /// A child hop was lost: every member below it fails with `error` (one part).
+  void childLost(const std::vector<std::size_t>& subtree, const std::exception_ptr& error);
+  /// Stream mode: an entry relayed from below; not a part.
+  void relay(CastEntry entry);
+
+ private:
+  void add(CastEntry&& entry);  // with mutex_ held
+  void fold(const std::string& type, const wire::Bytes& value, std::uint64_t rank);
+  void finishPart();
+
+  CastMode mode_;
+  const crown::mesh::detail::Reducer* reducer_;
+  std::string reducerKey_;
+  std::function<void(CastResult&&)> done_;
+  std::function<void(CastEntry&&)> onEntry_;
+
+  std::mutex mutex_;
+  std::size_t remaining_;
+  CastResult result_;
+};
+
+}  // namespace crown::mesh::detail

@@ -1,0 +1,312 @@
+// The cast agent (design.md, "Casting"): the raw agent at kCastAgentLocalId
+// of every proc, real or simulated (SIM-1: the same code for both). It
+// forwards a cast to its children before handing it to its own actor, so a
+// slow actor never delays the rest of the tree, and answers its parent when
+// its subtree is complete (DLV-1 via Aggregation).
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <unordered_map>
+
+#include "crown/actor/failure.h"
+#include "crown/common/env.h"
+#include "crown/common/log.h"
+#include "crown/mesh/cast.h"
+#include "crown/mesh/cast_tree.h"
+#include "mesh/aggregation.h"
+#include "mesh/cast_message.h"
+
+namespace crown::mesh {
+
+void hostMeshAgent(Proc& proc);  // mesh_agent.cpp
+
+namespace detail {
+
+std::vector<SeqRun> encodeRuns(const std::vector<std::uint64_t>& seqs) {
+  std::vector<SeqRun> runs;
+  for (std::uint64_t seq : seqs) {
+    if (!runs.empty() && runs.back().seq == seq) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({1, seq});
+    }
+  }
+  return runs;
+}
+
+std::uint64_t seqAt(const std::vector<SeqRun>& runs, std::uint64_t index) {
+  for (const SeqRun& run : runs) {
+    if (index < run.count) return run.seq;
+    index -= run.count;
+  }
+  throw ProtocolError("a cast carries no order position for one of its members");
+}
+
+}  // namespace detail
+
+namespace {
+
+using crown::detail::Outcome;
+using detail::Aggregation;
+using detail::CastMessage;
+using detail::CastPartial;
+using wire::Envelope;
+using wire::MessageKind;
+
+const std::string kCastMessageType = wire::messageName<CastMessage>();
+const std::string kCastPartialType = wire::messageName<CastPartial>();
+const std::string kCastResultType = wire::messageName<CastResult>();
+
+class CastAgent {
+ public:
+  explicit CastAgent(Proc& proc) : proc_(proc) {}
+
+  // A pool thread (the one that read the message), or a sender's thread for
+  // a cast to its own rank. Never throws: errors go back as values.
+  void onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
+    try {
+      if (envelope.type == kCastMessageType) return onCast(envelope, std::move(bytes));
+      if (envelope.type == kCastPartialType) return onPartial(bytes);
+      throw ProtocolError("the cast agent takes no " + envelope.type);
+    } catch (...) {
+      if (envelope.kind == MessageKind::kRequest) {
+        proc_.replyFailure(envelope, std::current_exception());
+      } else {
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          log::get().error("cast agent on rank {} dropped a {}: {}", proc_.rank(), envelope.type,
+                           e.what());
+        }
+      }
+    }
+  }
+
+  void castFrom(CastRequest request, std::function<void(CastResult&&)> done,
+                std::function<void(CastEntry&&)> onEntry) {
+    if (request.fanout == 0) throw ConfigError("a cast needs a fan-out of at least 1");
+    std::vector<std::size_t> members = request.slice.ranks();
+    for (std::size_t rank : members) {
+      if (rank >= proc_.size()) {
+        throw ConfigError("cannot cast to rank " + std::to_string(rank) + ": the job has " +
+                          std::to_string(proc_.size()) + " ranks");
+      }
+    }
+    auto tree = std::make_shared<const CastTree>(request.slice, request.fanout);
+    ActorId origin = proc_.currentSender();
+    CastMessage message{origin,
+                        nextCastId_.fetch_add(1),
+                        std::move(request.slice),
+                        static_cast<std::uint32_t>(request.fanout),
+                        request.destLocal,
+                        detail::encodeRuns(proc_.reserveSeqs(origin, request.destLocal, members)),
+                        static_cast<std::uint8_t>(request.mode),
+                        std::move(request.reducer),
+                        std::move(request.type),
+                        std::move(request.payload)};
+    wire::Bytes bytes = wire::toBytes(message);
+    Targets targets = aroundLost(tree->rootChildren(), *tree);
+    if (request.mode == CastMode::kBroadcast) {
+      for (std::size_t child : targets.live) proc_.sendRaw(agentOn(child), kCastMessageType, bytes);
+      return;
+    }
+    auto aggregation = makeAggregation(request.mode, message.reducer, targets.parts(),
+                                       {proc_.rank(), message.castId}, rootStreams_,
+                                       std::move(done), std::move(onEntry));
+    forward(targets, tree, bytes, aggregation);
+  }
+
+ private:
+  using StreamKey = std::pair<Rank, std::uint64_t>;  // origin rank, cast id
+  using Streams = std::map<StreamKey, std::weak_ptr<Aggregation>>;
+
+  // Whom a hop sends to: its children, except that the children of a child
+  // already known to be lost are adopted (and so on down), so a dead rank
+  // costs the casts after its death only its own entry, not its subtree's.
+  struct Targets {
+    std::vector<std::size_t> live;
+    std::vector<std::size_t> lost;
+    std::size_t parts() const { return live.size() + lost.size(); }
+  };
+
+  Targets aroundLost(std::vector<std::size_t> children, const CastTree& tree) const {
+    Targets targets;
+    while (!children.empty()) {
+      std::size_t child = children.back();
+      children.pop_back();
+      if (proc_.alive(static_cast<Rank>(child))) {
+        targets.live.push_back(child);
+      } else {
+        targets.lost.push_back(child);
+        for (std::size_t grandchild : tree.children(child)) children.push_back(grandchild);
+      }
+    }
+    return targets;
+  }
+
+  static ActorId agentOn(std::size_t rank) {
+    return ActorId{static_cast<Rank>(rank), kCastAgentLocalId};
+  }
+
+  void onCast(const Envelope& envelope, wire::Bytes&& bytes) {
+    auto message = wire::fromBytes<CastMessage>(bytes);
+    if (message.mode > static_cast<std::uint8_t>(CastMode::kStream)) {
+      throw ProtocolError("unknown cast mode " + std::to_string(message.mode));
+    }
+    auto mode = static_cast<CastMode>(message.mode);
+    auto tree = std::make_shared<const CastTree>(message.slice, message.fanout);
+    Rank here = proc_.rank();
+    std::size_t index = tree->indexOf(here);  // throws for a rank outside the slice
+    Targets targets = aroundLost(tree->children(here), *tree);
+    Envelope local{MessageKind::kOneWay, message.origin, {here, message.destLocal}, 0,
+                   std::move(message.type), detail::seqAt(message.seqs, index)};
+
+    if (mode == CastMode::kBroadcast) {
+      for (std::size_t child : targets.live) proc_.sendRaw(agentOn(child), kCastMessageType, bytes);
+      proc_.deliverLocal(std::move(local), std::move(message.payload), nullptr);
+      return;
+    }
+    // Answer the parent once the subtree is complete; in stream mode relay
+    // each entry to the parent as it comes.
+    Envelope parent = envelope;
+    std::function<void(CastEntry&&)> relayUp;
+    if (mode == CastMode::kStream) {
+      relayUp = [this, to = parent.sender.rank, origin = message.origin.rank,
+                 castId = message.castId](CastEntry&& entry) {
+        proc_.sendRaw(agentOn(to), kCastPartialType,
+                      wire::toBytes(CastPartial{origin, castId, std::move(entry)}));
+      };
+    }
+    auto aggregation = makeAggregation(
+        mode, message.reducer, targets.parts() + 1, {message.origin.rank, message.castId},
+        memberStreams_,
+        [this, parent](CastResult&& result) {
+          proc_.reply(parent, kCastResultType, wire::toBytes(result));
+        },
+        std::move(relayUp));
+    forward(targets, tree, bytes, aggregation);
+    local.kind = MessageKind::kRequest;
+    proc_.deliverLocal(std::move(local), std::move(message.payload),
+                       [aggregation, here](Outcome&& outcome) {
+                         aggregation->member(detail::entryFor(here, std::move(outcome)));
+                       });
+  }
+
+  void forward(const Targets& targets, const std::shared_ptr<const CastTree>& tree,
+               const wire::Bytes& bytes, const std::shared_ptr<Aggregation>& aggregation) {
+    for (std::size_t lost : targets.lost) {
+      auto rank = static_cast<Rank>(lost);
+      aggregation->member(detail::failureEntry(
+          rank, std::make_exception_ptr(
+                    ProcessLost(rank, proc_.host(rank), "lost before this cast was sent"))));
+    }
+    for (std::size_t child : targets.live) {
+      proc_.requestRaw(agentOn(child), kCastMessageType, bytes,
+                       [aggregation, tree, child](Outcome&& outcome) {
+                         if (!outcome.error && outcome.type != kCastResultType) {
+                           outcome.error = std::make_exception_ptr(
+                               ProtocolError("a cast hop answered with " + outcome.type));
+                         }
+                         if (!outcome.error) {
+                           try {
+                             return aggregation->child(
+                                 wire::fromBytes<CastResult>(outcome.payload));
+                           } catch (...) {
+                             outcome.error = std::current_exception();
+                           }
+                         }
+                         aggregation->childLost(tree->subtree(child), outcome.error);
+                       });
+    }
+  }
+
+  // Stream aggregations are findable by key while they run, for the
+  // partial entries their children relay.
+  std::shared_ptr<Aggregation> makeAggregation(CastMode mode, const std::string& reducer,
+                                               std::size_t parts, StreamKey key, Streams& streams,
+                                               std::function<void(CastResult&&)> done,
+                                               std::function<void(CastEntry&&)> onEntry) {
+    if (mode != CastMode::kStream) {
+      return std::make_shared<Aggregation>(mode, reducer, parts, std::move(done),
+                                           std::move(onEntry));
+    }
+    auto finish = [this, key, &streams, done = std::move(done)](CastResult&& result) {
+      {
+        std::lock_guard lock(streamsMutex_);
+        streams.erase(key);
+      }
+      if (done) done(std::move(result));
+    };
+    auto aggregation =
+        std::make_shared<Aggregation>(mode, reducer, parts, std::move(finish), std::move(onEntry));
+    std::lock_guard lock(streamsMutex_);
+    streams[key] = aggregation;
+    return aggregation;
+  }
+
+  void onPartial(const wire::Bytes& bytes) {
+    auto partial = wire::fromBytes<CastPartial>(bytes);
+    std::shared_ptr<Aggregation> aggregation;
+    {
+      std::lock_guard lock(streamsMutex_);
+      // The sender's rank may hold both the cast's root and one of its
+      // members. Either may take the entry: the member would only relay it
+      // to the root, here, before its own answer.
+      StreamKey key{partial.originRank, partial.castId};
+      for (Streams* streams : {&rootStreams_, &memberStreams_}) {
+        auto it = streams->find(key);
+        if (it != streams->end() && (aggregation = it->second.lock())) break;
+      }
+    }
+    if (!aggregation) throw ProtocolError("a stream entry for a cast that is not running here");
+    aggregation->relay(std::move(partial.entry));
+  }
+
+  Proc& proc_;
+  std::atomic<std::uint64_t> nextCastId_{1};
+  std::mutex streamsMutex_;
+  Streams rootStreams_;    // casts sent from here
+  Streams memberStreams_;  // casts this rank is a member of
+};
+
+// Which agent serves which proc, for casts that start there. The proc's raw
+// handler owns the agent; this only finds it.
+std::mutex g_agentsMutex;
+std::unordered_map<const Proc*, std::weak_ptr<CastAgent>> g_agents;
+
+std::shared_ptr<CastAgent> agentOf(Proc& proc) {
+  std::lock_guard lock(g_agentsMutex);
+  auto it = g_agents.find(&proc);
+  auto agent = it == g_agents.end() ? nullptr : it->second.lock();
+  if (!agent) {
+    throw Error("this proc has no cast agent: create it with Options::installAgents = "
+                "crown::mesh::installAgents");
+  }
+  return agent;
+}
+
+}  // namespace
+
+void installAgents(Proc& proc) {
+  auto agent = std::make_shared<CastAgent>(proc);
+  {
+    std::lock_guard lock(g_agentsMutex);
+    g_agents[&proc] = agent;
+  }
+  proc.setRawAgent(kCastAgentLocalId, [agent](Envelope&& envelope, wire::Bytes&& bytes) {
+    agent->onMessage(std::move(envelope), std::move(bytes));
+  });
+  hostMeshAgent(proc);
+}
+
+std::size_t castFanout() {
+  return static_cast<std::size_t>(env::integer("CROWN_CAST_FANOUT", 16, 1, 1 << 20));
+}
+
+void cast(Proc& proc, CastRequest request, std::function<void(CastResult&&)> done,
+          std::function<void(CastEntry&&)> onEntry) {
+  agentOf(proc)->castFrom(std::move(request), std::move(done), std::move(onEntry));
+}
+
+}  // namespace crown::mesh

@@ -1,0 +1,62 @@
+// What travels down a cast tree (CastMessage, the same bytes at every hop)
+// and sideways up it in stream mode (CastPartial). Private to the mesh layer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "crown/mesh/cast.h"
+#include "crown/wire/serialize.h"
+
+namespace crown::mesh::detail {
+
+/// `count` consecutive members (in row-major order) whose ORD-1 position is
+/// `seq`. A cast to a mesh that only ever receives casts is one run.
+struct SeqRun {
+  std::uint64_t count = 0;
+  std::uint64_t seq = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& count& seq;
+  }
+};
+
+std::vector<SeqRun> encodeRuns(const std::vector<std::uint64_t>& seqs);
+/// The position of member `index`; throws ProtocolError past the runs' end.
+std::uint64_t seqAt(const std::vector<SeqRun>& runs, std::uint64_t index);
+
+struct CastMessage {
+  ActorId origin;              ///< the casting actor: the sender its members see
+  std::uint64_t castId = 0;    ///< unique per origin rank
+  Slice slice;
+  std::uint32_t fanout = 16;
+  std::uint64_t destLocal = 0;
+  std::vector<SeqRun> seqs;    ///< ORD-1 position of each member
+  std::uint8_t mode = 0;       ///< CastMode
+  std::string reducer;
+  std::string type;
+  wire::Bytes payload;
+
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& origin& castId& slice& fanout& destLocal& seqs& mode& reducer& type& payload;
+  }
+};
+
+/// Stream mode: one entry, relayed from a member to its parent hop.
+struct CastPartial {
+  Rank originRank = 0;
+  std::uint64_t castId = 0;
+  CastEntry entry;
+
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& originRank& castId& entry;
+  }
+};
+
+}  // namespace crown::mesh::detail
+
+CROWN_MESSAGE(crown::mesh::detail::CastMessage, "crown::CastMessage");
+CROWN_MESSAGE(crown::mesh::detail::CastPartial, "crown::CastPartial");

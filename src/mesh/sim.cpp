@@ -1,0 +1,36 @@
+#include "crown/mesh/sim.h"
+
+#include "crown/mesh/cast.h"
+#include "crown/transport/io_pool.h"
+#include "crown/transport/local.h"
+
+namespace crown::mesh {
+
+SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims)
+    : shape_(dims.empty() ? Shape{{"procs", procs}} : Shape(dims)),
+      pool_(std::make_shared<transport::IoPool>()) {
+  if (shape_.size() != procs) {
+    throw ConfigError("a simulated world of " + std::to_string(procs) + " procs cannot have shape " +
+                      shape_.toString());
+  }
+  auto size = static_cast<Rank>(procs);
+  hub_ = transport::makeLocalHub(pool_, size);
+  std::vector<std::string> hosts(procs, "sim");
+  std::vector<transport::Endpoint> peers(procs);
+  procs_.reserve(procs);
+  for (Rank rank = 0; rank < size; ++rank) {
+    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, installAgents};
+    procs_.push_back(
+        std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, rank), peers));
+  }
+}
+
+SimulatedWorld::~SimulatedWorld() {
+  for (auto& proc : procs_) proc->stop(std::chrono::milliseconds(0));
+  pool_->stop();
+  procs_.clear();
+}
+
+void SimulatedWorld::disconnect(Rank rank) { transport::disconnect(*hub_, rank); }
+
+}  // namespace crown::mesh
