@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "bench_util.h"
+#include "crown/crown.h"
 #include "crown/mesh/cast_tree.h"
 #include "crown/mesh/reducer.h"
 #include "crown/mesh/sim.h"
