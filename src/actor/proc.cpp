@@ -156,8 +156,7 @@ struct Proc::Impl {
   }
 
   std::exception_ptr lostError(Rank rank, const std::string& reason) const {
-    const std::string& host = rank < options.hosts.size() ? options.hosts[rank] : std::string();
-    return std::make_exception_ptr(ProcessLost(rank, host, reason));
+    return std::make_exception_ptr(ProcessLost(rank, self->host(rank), reason));
   }
 
   void route(OutMessage message) {
@@ -455,7 +454,11 @@ Proc& Proc::current() {
 Rank Proc::rank() const { return impl_->options.rank; }
 Rank Proc::size() const { return impl_->options.size; }
 
-const std::string& Proc::host(Rank rank) const { return impl_->options.hosts.at(rank); }
+const std::string& Proc::host(Rank rank) const {
+  static const std::string unknown;
+  const auto& hosts = impl_->options.hosts;
+  return hosts && rank < hosts->size() ? (*hosts)[rank] : unknown;
+}
 
 bool Proc::alive(Rank rank) const {
   std::lock_guard lock(impl_->pendingMutex);
@@ -493,7 +496,12 @@ void Proc::sendRaw(const ActorId& dest, std::string type, wire::Bytes payload) {
 void Proc::deliverLocal(wire::Envelope envelope, wire::Bytes payload,
                         detail::Completion complete) {
   envelope.dest.rank = impl_->options.rank;
-  impl_->enqueue(Delivery{std::move(envelope), std::move(payload), std::move(complete)}, false);
+  // From a raw agent on the pool thread that read the cast, run the actor
+  // right after it, as a network delivery does; never defer from inside a
+  // handler, which may block afterwards (see scheduleDrain).
+  bool onThisThread = impl_->pool->inPool() && t_currentActor == nullptr;
+  impl_->enqueue(Delivery{std::move(envelope), std::move(payload), std::move(complete)},
+                 onThisThread);
 }
 
 void Proc::reply(const wire::Envelope& request, std::string type, wire::Bytes payload) {

@@ -33,21 +33,25 @@ const ActorFactory* findActorFactory(const std::string& key) {
   return it == registry().end() ? nullptr : &it->second;
 }
 
+std::unique_ptr<Actor> constructActor(const std::string& key, const std::string& name,
+                                      const wire::Bytes& args, Rank rank) {
+  const ActorFactory* factory = findActorFactory(key);
+  if (!factory) {
+    throw Error("no actor factory " + key + " on rank " + std::to_string(rank) +
+                ": spawn needs the same program on every rank");
+  }
+  try {
+    return (*factory)(args);
+  } catch (const std::exception& e) {
+    throw Error("constructor of '" + name + "' (" + key + ") threw " +
+                wire::demangle(typeid(e).name()) + ": " + e.what());
+  }
+}
+
 ProcAgent::ProcAgent(Proc& proc) {
   handle<agent::Ping>([&proc](const agent::Ping&) { return proc.rank(); });
   handle<SpawnActor>([&proc](const SpawnActor& spawn) {
-    const ActorFactory* factory = findActorFactory(spawn.factory);
-    if (!factory) {
-      throw Error("no actor factory " + spawn.factory + " on rank " + std::to_string(proc.rank()) +
-                  ": spawn needs the same program on every rank");
-    }
-    std::unique_ptr<Actor> actor;
-    try {
-      actor = (*factory)(spawn.args);
-    } catch (const std::exception& e) {
-      throw Error("constructor of '" + spawn.name + "' (" + spawn.factory + ") threw " +
-                  wire::demangle(typeid(e).name()) + ": " + e.what());
-    }
+    auto actor = constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
     return proc.spawnLocal(std::move(actor), spawn.name).local;
   });
   handle<agent::StopActor>([&proc](const agent::StopActor& stop) { proc.stopLocal(stop.local); });

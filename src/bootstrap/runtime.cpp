@@ -168,7 +168,9 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   }
   self.endpoint_ = peers[topo.rank];
 
-  Proc::Options procOptions{topo.rank, topo.size, topo.hostNames, pool, /*stopsPool=*/true,
+  Proc::Options procOptions{topo.rank, topo.size,
+                            std::make_shared<const std::vector<std::string>>(topo.hostNames), pool,
+                            /*stopsPool=*/true,
                             mesh::installAgents};
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;

@@ -27,20 +27,14 @@ class MeshAgent : public Actor {
  public:
   explicit MeshAgent(Proc& proc) {
     handle<detail::SpawnMeshActor>([&proc](const detail::SpawnMeshActor& spawn) {
-      const auto* factory = crown::detail::findActorFactory(spawn.factory);
-      if (!factory) {
-        throw Error("no actor factory " + spawn.factory + " on rank " +
-                    std::to_string(proc.rank()) + ": spawn needs the same program on every rank");
-      }
       Point point{spawn.shape, proc.rank()};
       std::unique_ptr<Actor> actor;
-      const Point* outer = std::exchange(t_constructing, &point);
+      const Point* outer = std::exchange(t_constructing, &point);  // here() in the constructor
       try {
-        actor = (*factory)(spawn.args);
-      } catch (const std::exception& e) {
+        actor = crown::detail::constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
+      } catch (...) {
         t_constructing = outer;
-        throw Error("constructor of '" + spawn.name + "' (" + spawn.factory + ") threw " +
-                    wire::demangle(typeid(e).name()) + ": " + e.what());
+        throw;
       }
       t_constructing = outer;
       ActorId id = proc.spawnLocalAt(spawn.local, std::move(actor), spawn.name);

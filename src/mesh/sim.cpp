@@ -15,13 +15,13 @@ SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims)
   }
   auto size = static_cast<Rank>(procs);
   hub_ = transport::makeLocalHub(pool_, size);
-  std::vector<std::string> hosts(procs, "sim");
-  std::vector<transport::Endpoint> peers(procs);
+  auto hosts = std::make_shared<const std::vector<std::string>>(procs, "sim");
   procs_.reserve(procs);
   for (Rank rank = 0; rank < size; ++rank) {
     Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, installAgents};
-    procs_.push_back(
-        std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, rank), peers));
+    // The in-process transport needs no endpoints.
+    procs_.push_back(std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, rank),
+                                            std::vector<transport::Endpoint>{}));
   }
 }
 

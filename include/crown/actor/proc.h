@@ -61,7 +61,9 @@ class Proc {
   struct Options {
     Rank rank = 0;
     Rank size = 1;
-    std::vector<std::string> hosts;  ///< host name of every rank
+    /// Host name of every rank; shared, since the simulated procs of one
+    /// process would otherwise hold V copies of V names each. Null: unknown.
+    std::shared_ptr<const std::vector<std::string>> hosts;
     /// Threads for actors and links alike; the transport must run on it too.
     std::shared_ptr<transport::IoPool> pool;
     /// stop() also stops the pool. False when several Procs share it (the
@@ -91,6 +93,7 @@ class Proc {
 
   Rank rank() const;
   Rank size() const;
+  /// The host name of rank ("" when unknown).
   const std::string& host(Rank rank) const;
   bool alive(Rank rank) const;
 

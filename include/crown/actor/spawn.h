@@ -21,6 +21,11 @@ using ActorFactory = std::function<std::unique_ptr<Actor>(const wire::Bytes& arg
 void registerActorFactory(const std::string& key, ActorFactory factory);
 /// nullptr when no factory has this key.
 const ActorFactory* findActorFactory(const std::string& key);
+/// Runs the factory `key` on `args` on this rank: throws crown::Error naming
+/// the actor, the factory and the rank when there is no such factory or the
+/// constructor throws.
+std::unique_ptr<Actor> constructActor(const std::string& key, const std::string& name,
+                                      const wire::Bytes& args, Rank rank);
 
 template <class A, class... Args>
 struct ActorFactoryRegistration {

@@ -78,7 +78,8 @@ class ActorTest : public ::testing::Test {
     options.pool = std::make_shared<transport::IoPool>();
     auto fabric = transport::makeAsioTransport(options);
     auto self = fabric->localEndpoint();
-    proc_ = std::make_unique<Proc>(Proc::Options{0, 1, {"localhost"}, options.pool},
+    proc_ = std::make_unique<Proc>(Proc::Options{0, 1, std::make_shared<const std::vector<std::string>>(1, "localhost"),
+                                 options.pool},
                                    std::move(fabric), std::vector<transport::Endpoint>{self});
   }
   void TearDown() override { proc_.reset(); }

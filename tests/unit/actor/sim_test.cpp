@@ -70,7 +70,7 @@ class SimTest : public ::testing::Test {
   void boot(Rank size) {
     pool_ = std::make_shared<transport::IoPool>();
     hub_ = transport::makeLocalHub(pool_, size);
-    std::vector<std::string> hosts(size, "sim");
+    auto hosts = std::make_shared<const std::vector<std::string>>(size, "sim");
     std::vector<transport::Endpoint> peers(size);
     for (Rank r = 0; r < size; ++r) {
       Proc::Options options{r, size, hosts, pool_, /*stopsPool=*/false};
