@@ -7,12 +7,16 @@ set_property(CACHE CROWN_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
 set_property(CACHE CROWN_WITH_NCCL PROPERTY STRINGS AUTO ON OFF)
 option(CROWN_BUILD_TESTS "Build the tests" ON)
 option(CROWN_BUILD_BENCH "Build the benchmarks" ON)
+option(CROWN_WITH_PYTHON "Build the Python front end (needs pybind11 and Python 3 headers)" ON)
 
 # Debian keeps the interpreter with numpy, torch and mpi4py at /usr/bin/python3;
 # the first python3 on PATH may be another one.
 if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
   set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python interpreter for crown")
 endif()
+# pybind11 finds Python through FindPython, pinned to the same interpreter.
+set(PYBIND11_FINDPYTHON ON)
+set(Python_EXECUTABLE ${Python3_EXECUTABLE})
 
 if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
   set(CUDAToolkit_ROOT /usr/local/cuda)

@@ -35,6 +35,25 @@ void shutDownWorkers(Proc& proc, int code) {
 
 }  // namespace
 
+int serveUntilShutdown(Runtime& runtime) {
+  Proc& proc = runtime.proc();
+  // A worker whose controller is gone has nobody left to serve.
+  proc.setPeerLostHandler([&proc](Rank peer, const std::string&) {
+    if (peer == 0) proc.requestShutdown(1);
+  });
+  int code = proc.waitForShutdown();
+  if (code != 0 && !proc.alive(0)) log::get().error("the controller (rank 0) was lost; exiting");
+  runtime.finish(code);
+  return code;
+}
+
+void finishController(Runtime& runtime, int code) {
+  Proc& proc = runtime.proc();
+  proc.requestShutdown(code);  // from here on, links closing are expected
+  shutDownWorkers(proc, code);
+  runtime.finish(code);
+}
+
 int run(int argc, char** argv, const std::function<void(Controller&)>& main) {
   Runtime* runtime = nullptr;
   try {
@@ -43,17 +62,7 @@ int run(int argc, char** argv, const std::function<void(Controller&)>& main) {
     std::cerr << e.what() << std::endl;
     return 1;
   }
-  Proc& proc = runtime->proc();
-  if (runtime->topology().rank != 0) {
-    // A worker whose controller is gone has nobody left to serve.
-    proc.setPeerLostHandler([&proc](Rank peer, const std::string&) {
-      if (peer == 0) proc.requestShutdown(1);
-    });
-    int code = proc.waitForShutdown();
-    if (code != 0 && !proc.alive(0)) log::get().error("the controller (rank 0) was lost; exiting");
-    runtime->finish(code);
-    return code;
-  }
+  if (runtime->topology().rank != 0) return serveUntilShutdown(*runtime);
 
   int code = 0;
   try {
@@ -68,9 +77,7 @@ int run(int argc, char** argv, const std::function<void(Controller&)>& main) {
     std::cerr << "crown: the controller failed: an exception that is not a std::exception" << std::endl;
     code = 1;
   }
-  proc.requestShutdown(code);  // from here on, links closing are expected
-  shutDownWorkers(proc, code);
-  runtime->finish(code);
+  finishController(*runtime, code);
   return code;
 }
 

@@ -66,4 +66,11 @@ class Controller {
 /// ranks, and returns the process's exit code: return it from main().
 int run(int argc, char** argv, const std::function<void(Controller&)>& main);
 
+/// The two halves of run() after Runtime::init, for front ends that drive
+/// the controller themselves (Python): a worker serves until the controller
+/// says Shutdown (or is lost) and returns its exit code; the controller tells
+/// every live worker to exit with `code` and finishes.
+int serveUntilShutdown(Runtime& runtime);
+void finishController(Runtime& runtime, int code);
+
 }  // namespace crown

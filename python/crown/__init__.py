@@ -1,0 +1,96 @@
+"""crown: a single-controller runtime for SPMD launches (mpirun, srun, sbatch).
+
+Every rank runs the same script; ``crown.run(main)`` runs ``main()`` on rank 0
+(the controller) while the other ranks serve its actors, and every rank exits
+0 when it returns (non-zero, with the error printed once, when it raises)::
+
+    import crown
+    from crown.actor import Actor, endpoint
+
+    class Counter(Actor):
+        def __init__(self, start):
+            self.value = start
+
+        @endpoint
+        def incr(self, by=1):
+            self.value += by
+            return self.value
+
+    def main():
+        counters = crown.world().spawn("counter", Counter, 0)
+        print(counters.incr.call(2).get())
+
+    crown.run(main)
+"""
+
+import os
+import sys
+import traceback
+
+from . import _crown
+from .actor import ProcMesh
+
+__all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller"]
+
+
+def init(argv=None) -> "Controller":
+    """Bootstraps this rank. Rank 0 gets the Controller back; every other rank
+    serves until the controller is done and then exits (this never returns
+    there). Collective: every rank must call it."""
+    if not _crown.initialised():
+        rank = _crown.init(list(sys.argv if argv is None else argv))
+        if rank != 0:
+            code = _crown.serve()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return Controller()
+
+
+class Controller:
+    """What rank 0 holds: the world, and the end of the job."""
+
+    @property
+    def size(self) -> int:
+        return _crown.size()
+
+    def world(self) -> ProcMesh:
+        return world()
+
+    def shutdown(self, code: int = 0) -> None:
+        shutdown(code)
+
+
+def world() -> ProcMesh:
+    """Every rank of the launch as {"hosts": H, "procs": P}; raises ValueError
+    (saying why) when the hosts hold different numbers of ranks."""
+    return ProcMesh(_crown.world_shape())
+
+
+def world_flat() -> ProcMesh:
+    """Every rank of the launch as {"ranks": N}."""
+    return ProcMesh(_crown.Shape([("ranks", _crown.size())]))
+
+
+def shutdown(code: int = 0) -> None:
+    """Ends the job from the controller: every worker exits with code."""
+    sys.stdout.flush()
+    _crown.shutdown(code)
+
+
+def run(main, *args, **kwargs) -> None:
+    """Runs main(*args, **kwargs) on rank 0 while the other ranks serve; exits
+    the process with 0, or 1 after printing the error once if main raised."""
+    init()
+    code = 0
+    try:
+        main(*args, **kwargs)
+    except BaseException:  # noqa: BLE001 - any failure ends the job non-zero
+        sys.stdout.flush()
+        print("crown: the controller failed:", file=sys.stderr)
+        traceback.print_exc()
+        code = 1
+    shutdown(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

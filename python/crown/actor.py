@@ -1,0 +1,470 @@
+"""crown's actor API, after PyTorch Monarch's ``monarch.actor``.
+
+Actors are classes deriving from :class:`Actor` whose methods marked
+:func:`endpoint` can be called from elsewhere through an adverb::
+
+    counters = crown.world().spawn("counter", Counter, 0)
+    counters.incr.call(2).get()        # ValueMesh: every actor's reply
+    counters.slice(procs=0).incr.call_one().get()
+    counters.incr.choose().get()       # one actor, a different one each time
+    for value in counters.incr.stream(): ...
+    counters.incr.broadcast()          # no replies
+
+Calls travel through crown's C++ runtime (casts through multicast trees);
+arguments and results are pickled (protocol 5, arrays out of band). Every
+rank runs the same script, so classes and functions defined in it exist
+everywhere; anything else travels by value (cloudpickle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from . import _crown, _pickle, _runtime
+
+__all__ = [
+    "Actor", "endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
+    "ActorError", "SupervisionError", "MeshError", "Channel", "Port", "PortReceiver",
+    "Accumulator", "current_rank", "current_size", "context", "this_host", "HostMesh",
+]
+
+SupervisionError = _crown.SupervisionError
+MeshError = _crown.MeshError
+Shape = _crown.Shape
+
+
+class ActorError(_crown.RemoteActorError):
+    """An endpoint raised. ``rank`` and ``actor`` say where, ``traceback`` holds
+    the remote traceback text, and the original exception is ``exception``
+    (and ``__cause__``) when it could be pickled."""
+
+    def __init__(self, message, *, rank=None, actor=None, remote_type=None, traceback=None,
+                 exception=None):
+        super().__init__(message)
+        self.rank = rank
+        self.actor = actor
+        self.remote_type = remote_type
+        self.traceback = traceback
+        self.exception = exception
+
+
+class Actor:
+    """Base of every actor class. Construct actors with ProcMesh.spawn."""
+
+
+class endpoint:  # noqa: N801 - Monarch's name
+    """Marks an actor method (plain or ``async def``) as callable from other
+    actors and the controller, through the adverbs of an ActorMesh."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        return self.fn.__get__(instance, owner)  # inside the actor: a plain method
+
+
+def _outcome(payload: bytes, rank: int, actor: str):
+    tag, body = payload[:1], payload[1:]
+    if tag == _runtime.VALUE:
+        return _pickle.loads(body)
+    original, remote_type, message, text = _pickle.loads(body)
+    exception = None
+    if original is not None:
+        try:
+            exception = _pickle.loads(original)
+        except Exception:  # the class may not exist here
+            exception = None
+    error = ActorError(f"rank {rank}, actor '{actor}' raised {remote_type}: {message}\n"
+                       f"remote traceback:\n{text}",
+                       rank=rank, actor=actor, remote_type=remote_type, traceback=text,
+                       exception=exception)
+    error.__cause__ = exception
+    return error
+
+
+def _entry_error(error: tuple, actor: str):
+    kind, message, rank, host = error
+    if kind == "lost":
+        exc = SupervisionError(message)
+        exc.rank, exc.host = rank, host
+        return exc
+    return ActorError(message, rank=rank, actor=actor, remote_type=kind)
+
+
+class Future:
+    """A result to come: ``get(timeout=None)``, or ``await future``."""
+
+    def __init__(self, wait: Callable[[Optional[float]], Any]):
+        self._wait = wait
+        self._lock = threading.Lock()
+        self._done = False
+        self._value = None
+        self._error = None
+
+    def get(self, timeout: Optional[float] = None):
+        with self._lock:
+            if not self._done:
+                try:
+                    self._value = self._wait(timeout)
+                except TimeoutError:
+                    raise
+                except BaseException as e:  # noqa: BLE001 - kept, raised on every get
+                    self._error = e
+                self._done = True
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    result = get
+
+    def __await__(self):
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.get).__await__()
+
+
+class Point(dict):
+    """A rank's coordinates in its mesh (a dict label -> index) and its rank."""
+
+    def __init__(self, rank: int, shape: Shape):
+        super().__init__(shape.coordinates(rank))
+        self.rank = rank
+        self.shape = shape
+
+    def __repr__(self):
+        return f"Point(rank={self.rank}, {dict(self)})"
+
+
+class ValueMesh:
+    """Replies of a mesh call, one per actor, by coordinates."""
+
+    def __init__(self, shape: Shape, entries: List[Tuple[int, Any, Optional[BaseException]]]):
+        self._shape = shape
+        self._entries = entries  # (rank, value, error) in row-major order
+
+    def __len__(self):
+        return len(self._entries)
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    def item(self, **coords):
+        """The value at coords (one index per dimension); raises its error."""
+        index = self._shape.index_of(self._shape.rank(coords))
+        rank, value, error = self._entries[index]
+        if error is not None:
+            raise error
+        return value
+
+    def items(self) -> Iterator[Tuple[Point, Any]]:
+        """(point, value) for every actor; raises at the first failed one."""
+        for rank, value, error in self._entries:
+            if error is not None:
+                raise error
+            yield Point(rank, self._shape), value
+
+    def values(self) -> List[Any]:
+        return [value for _, value in self.items()]
+
+    def errors(self) -> List[Tuple[int, BaseException]]:
+        return [(rank, error) for rank, _, error in self._entries if error is not None]
+
+    def __repr__(self):
+        shown = [repr(e if e is not None else v) for _, v, e in self._entries]
+        return f"ValueMesh({self._shape}, [{', '.join(shown)}])"
+
+
+class _Sliceable:
+    _shape: Shape
+
+    def _with(self, shape: Shape):
+        raise NotImplementedError
+
+    @property
+    def sizes(self) -> Dict[str, int]:
+        return dict(self._shape.sizes)
+
+    def size(self, dim: Optional[str] = None) -> int:
+        return len(self._shape) if dim is None else self._shape.size(dim)
+
+    def __len__(self):
+        return len(self._shape)
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    def slice(self, **dims):
+        """``slice(procs=0)`` removes a dimension, ``slice(procs=slice(0, 4, 2))`` keeps it."""
+        return self._with(self._shape.select(dims))
+
+    def flatten(self, name: str):
+        return self._with(self._shape.flatten(name))
+
+    def rename(self, **names):
+        shape = self._shape
+        for old, new in names.items():
+            shape = shape.rename(old, new)
+        return self._with(shape)
+
+    def split(self, **dims):
+        """``split(procs=(("a", 2), ("b", 2)))``: one dimension becomes several."""
+        shape = self._shape
+        for label, parts in dims.items():
+            shape = shape.split(label, list(parts))
+        return self._with(shape)
+
+
+class ProcMesh(_Sliceable):
+    """Processes (ranks) with named dimensions."""
+
+    def __init__(self, shape: Shape):
+        self._shape = shape
+
+    def _with(self, shape):
+        return ProcMesh(shape)
+
+    def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
+        """One ``cls(*args, **kwargs)`` on every proc; returns once all are
+        constructed, or raises MeshError naming every rank that failed."""
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
+        payload = _pickle.dumps((cls, args, kwargs))
+        local = _crown.spawn(self._shape, name, payload)
+        return ActorMesh(self._shape, local, cls, name)
+
+    def __repr__(self):
+        return f"ProcMesh({self._shape})"
+
+
+class ActorMesh(_Sliceable):
+    """One actor per proc of a mesh; its endpoints are attributes with adverbs."""
+
+    def __init__(self, shape: Shape, local: int, cls: type, name: str):
+        self._shape, self._local, self._cls, self._name = shape, local, cls, name
+
+    def _with(self, shape):
+        return ActorMesh(shape, self._local, self._cls, self._name)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if not isinstance(inspect.getattr_static(self._cls, name, None), endpoint):
+            raise AttributeError(f"{self._cls.__name__} has no endpoint {name!r}")
+        return EndpointRef(self, name)
+
+    def __reduce__(self):
+        return (ActorMesh, (self._shape, self._local, self._cls, self._name))
+
+    def __repr__(self):
+        return f"ActorMesh({self._name!r}, {self._cls.__name__}, {self._shape})"
+
+
+class EndpointRef:
+    """An endpoint of every actor of a mesh, called through an adverb."""
+
+    def __init__(self, mesh: ActorMesh, name: str):
+        self._mesh = mesh
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
+                        f".call_one(...), .choose(...), .stream(...) or .broadcast(...)")
+
+    def _payload(self, args, kwargs) -> bytes:
+        return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
+
+    def _entries(self, raw) -> List[Tuple[int, Any, Optional[BaseException]]]:
+        entries = []
+        for rank, payload, error in raw:
+            if error is not None:
+                entries.append((rank, None, _entry_error(error, self._mesh._name)))
+                continue
+            value = _outcome(payload, rank, self._mesh._name)
+            if isinstance(value, ActorError):
+                entries.append((rank, None, value))
+            else:
+                entries.append((rank, value, None))
+        return entries
+
+    def call(self, *args, **kwargs) -> Future:
+        """Every actor's reply, as a Future of a ValueMesh."""
+        mesh = self._mesh
+        pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs))
+        return Future(lambda timeout: ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
+
+    def _direct(self, rank: int, payload: bytes) -> Future:
+        pending = _crown.request(rank, self._mesh._local, payload)
+
+        def wait(timeout):
+            value = _outcome(pending.get(timeout), rank, self._mesh._name)
+            if isinstance(value, ActorError):
+                raise value
+            return value
+
+        return Future(wait)
+
+    def call_one(self, *args, **kwargs) -> Future:
+        """The reply of the mesh's only actor (raises ValueError first if it has more)."""
+        shape = self._mesh._shape
+        if len(shape) != 1:
+            raise ValueError(f"call_one needs a mesh of exactly one actor; this one is {shape} "
+                             f"({len(shape)} actors): slice it first, e.g. "
+                             f".slice({shape.labels[0]}=0), or use call()")
+        return self._direct(shape.ranks()[0], self._payload(args, kwargs))
+
+    def choose(self, *args, **kwargs) -> Future:
+        """One actor's reply, spreading calls over the live actors."""
+        payload = self._payload(args, kwargs)
+        return self._direct(_crown.choose_rank(self._mesh._shape), payload)
+
+    def stream(self, *args, timeout: Optional[float] = None, **kwargs) -> Iterator[Any]:
+        """Replies as they arrive; a failed actor's error is raised in turn."""
+        mesh = self._mesh
+        pending = _crown.cast_stream(mesh._shape, mesh._local, self._payload(args, kwargs))
+        while True:
+            item = pending.next(timeout)
+            if item is None:
+                return
+            (_, value, error), = self._entries([item])
+            if error is not None:
+                raise error
+            yield value
+
+    def broadcast(self, *args, **kwargs) -> None:
+        """Sends to every actor; no replies."""
+        mesh = self._mesh
+        _crown.cast_broadcast(mesh._shape, mesh._local, self._payload(args, kwargs))
+
+
+class Accumulator:
+    """Calls an endpoint on every actor and folds the replies:
+    ``Accumulator(counters.value, 0, operator.add).accumulate().get()``."""
+
+    def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any]):
+        self._endpoint, self._identity, self._combine = endpoint_ref, identity, combine
+
+    def accumulate(self, *args, **kwargs) -> Future:
+        call = self._endpoint.call(*args, **kwargs)
+
+        def wait(timeout):
+            total = self._identity
+            for value in call.get(timeout).values():
+                total = self._combine(total, value)
+            return total
+
+        return Future(wait)
+
+
+# Channels: a Port is a picklable address that actors send values to; its
+# PortReceiver, on the rank that opened the channel, receives them in order.
+_receivers: Dict[int, "PortReceiver"] = {}
+_next_port = iter(range(1, 1 << 62))
+
+
+class _PortActor(Actor):
+    def __init__(self, port_id: int):
+        self._port_id = port_id
+
+    @endpoint
+    def deliver(self, value):
+        _receivers[self._port_id]._queue.put(value)
+
+
+class Port:
+    def __init__(self, rank: int, local: int):
+        self._rank, self._local = rank, local
+
+    def send(self, value) -> None:
+        _crown.send(self._rank, self._local, _pickle.dumps(("deliver", (value,), {})))
+
+    def __reduce__(self):
+        return (Port, (self._rank, self._local))
+
+
+class PortReceiver:
+    def __init__(self):
+        import queue
+
+        self._queue = queue.Queue()
+
+    def recv(self, timeout: Optional[float] = None):
+        """The next value sent to the port; raises TimeoutError after timeout seconds."""
+        import queue
+
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"nothing arrived at the port within {timeout} s") from None
+
+
+class Channel:
+    @staticmethod
+    def open() -> Tuple[Port, PortReceiver]:
+        port_id = next(_next_port)
+        receiver = _receivers[port_id] = PortReceiver()
+        rank = _crown.rank()
+        here = Shape([("ranks", _crown.size())]).select({"ranks": rank})
+        mesh = ProcMesh(here).spawn(f"port-{port_id}", _PortActor, port_id)
+        return Port(rank, mesh._local), receiver
+
+
+def current_rank() -> Point:
+    """This actor's point in its mesh (outside actors: this process's rank in the world)."""
+    here = _crown.here()
+    if here is None:
+        return Point(_crown.rank(), Shape([("ranks", _crown.size())]))
+    return Point(*here)
+
+
+def current_size() -> Dict[str, int]:
+    """The sizes of this actor's mesh (outside actors: {"ranks": N})."""
+    here = _crown.here()
+    return dict(here[1].sizes) if here else {"ranks": _crown.size()}
+
+
+class _Context:
+    def __init__(self):
+        self.actor_instance = _runtime.current_instance()
+        self.rank = current_rank()
+        self.host = _crown.host()
+
+
+def context() -> _Context:
+    """Where this code runs: ``actor_instance`` (None outside actors), ``rank`` (a Point), ``host``."""
+    return _Context()
+
+
+class HostMesh:
+    """The ranks of one host, from which spawn_procs carves a ProcMesh."""
+
+    def __init__(self, shape: Shape):
+        self._shape = shape  # {"procs": P} of this host
+
+    def spawn_procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
+        per_host = per_host or {"procs": len(self._shape)}
+        wanted = 1
+        for size in per_host.values():
+            wanted *= size
+        available = len(self._shape)
+        if wanted > available:
+            raise ValueError(f"spawn_procs(per_host={per_host}) asks for {wanted} procs, but "
+                             f"this host has {available} ranks of the launch: launch more "
+                             f"(mpirun -n ...) or ask for fewer")
+        shape = self._shape.select({"procs": slice(0, wanted)})
+        return ProcMesh(shape.split("procs", list(per_host.items())))
+
+
+def this_host() -> HostMesh:
+    """The host of the controller (rank 0)."""
+    return HostMesh(_crown.world_shape().select({"hosts": 0}))

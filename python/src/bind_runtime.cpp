@@ -1,0 +1,59 @@
+// Bootstrap from Python: every rank calls init(); rank 0 goes on as the
+// controller, the others call serve(), which returns their exit code once the
+// controller is done (SHT-1). Blocking calls release the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "crown/bootstrap/controller.h"
+#include "crown/mesh/world_shape.h"
+
+namespace py = pybind11;
+
+namespace crown::python {
+
+void bindRuntime(py::module_& m) {
+  m.def(
+      "init",
+      [](std::vector<std::string> argv) {
+        // MPI may keep pointers into argv: keep the strings for the process's life.
+        static std::vector<std::string> kept;
+        static std::vector<char*> pointers;
+        kept = std::move(argv);
+        for (auto& arg : kept) pointers.push_back(arg.data());
+        pointers.push_back(nullptr);
+        int argc = static_cast<int>(kept.size());
+        char** args = pointers.data();
+        py::gil_scoped_release release;
+        return Runtime::init(&argc, &args).topology().rank;
+      },
+      "Bootstraps this rank (collective over MPI_COMM_WORLD); returns its rank.");
+  m.def("initialised", [] {
+    try {
+      Runtime::current();
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  });
+  m.def(
+      "serve", [] { return serveUntilShutdown(Runtime::current()); },
+      py::call_guard<py::gil_scoped_release>(),
+      "A worker serves until the controller is done; returns the exit code.");
+  m.def(
+      "shutdown", [](int code) { finishController(Runtime::current(), code); },
+      py::call_guard<py::gil_scoped_release>(),
+      "The controller tells every worker to exit with code, and finishes.");
+  m.def("rank", [] { return Runtime::current().topology().rank; });
+  m.def("size", [] { return Runtime::current().topology().size; });
+  m.def("host", [] {
+    const auto& topology = Runtime::current().topology();
+    return topology.hostNames[topology.rank];
+  });
+  m.def("world_shape", [] {
+    const auto& topology = Runtime::current().topology();
+    return mesh::hostsProcsShape(topology.hostIndexOf, topology.hostNames);
+  });
+}
+
+}  // namespace crown::python

@@ -1,0 +1,13 @@
+// The _crown extension: one bindX per area of the C++ API (style.md).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace crown::python {
+
+void bindErrors(pybind11::module_& m);
+void bindRuntime(pybind11::module_& m);
+void bindMesh(pybind11::module_& m);
+void bindActor(pybind11::module_& m);
+
+}  // namespace crown::python

@@ -1,0 +1,14 @@
+"""Runs pytest as a crown job: every rank collects the tests (importing the
+test modules, so their actor classes exist on every rank); then rank 0 goes
+on to run them as the controller while the other ranks serve its actors
+until the session ends."""
+
+import crown
+
+
+def pytest_collection_finish(session):
+    crown.init()  # workers serve here and exit when the controller is done
+
+
+def pytest_sessionfinish(session, exitstatus):
+    crown.shutdown(0 if exitstatus == 0 else 1)

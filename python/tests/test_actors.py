@@ -1,0 +1,189 @@
+"""The Python front end under mpirun -n 4: every adverb, slicing, async
+endpoints, actor-to-actor calls, errors with tracebacks, wrong use, numpy and
+torch payloads, channels and accumulators."""
+
+import asyncio
+import operator
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import crown
+from crown.actor import (Accumulator, Actor, ActorError, Channel, MeshError, ValueMesh,
+                         current_rank, current_size, endpoint, this_host)
+
+
+class Counter(Actor):
+    def __init__(self, start):
+        self.value = start
+
+    @endpoint
+    def incr(self, by=1):
+        self.value += by
+        return self.value
+
+    @endpoint
+    def where(self):
+        point = current_rank()
+        return point.rank, dict(point), current_size()
+
+    @endpoint
+    async def later(self, x):
+        await asyncio.sleep(0.01)
+        return x * 2
+
+    @endpoint
+    def fail(self, message):
+        raise KeyError(message)
+
+    @endpoint
+    def echo(self, value):
+        return value
+
+    @endpoint
+    def nap(self, seconds):
+        time.sleep(seconds)
+        return current_rank().rank
+
+    @endpoint
+    def total_of(self, others):
+        return sum(others.incr.call(0).get().values())
+
+    @endpoint
+    def tell(self, port, value):
+        port.send((current_rank().rank, value))
+
+
+class Picky(Actor):
+    def __init__(self):
+        if current_rank().rank == 2:
+            raise RuntimeError("no room on rank 2")
+
+
+@pytest.fixture(scope="module")
+def counters():
+    return crown.world().spawn("counter", Counter, 10)
+
+
+def test_world_shape():
+    procs = crown.world()
+    assert procs.sizes == {"hosts": 1, "procs": 4}
+    assert len(procs) == 4
+
+
+def test_call_returns_a_value_mesh(counters):
+    replies = counters.where.call().get(timeout=30)
+    assert isinstance(replies, ValueMesh)
+    assert len(replies) == 4
+    for point, (rank, coords, sizes) in replies.items():
+        assert rank == point.rank
+        assert coords == dict(point) == {"hosts": 0, "procs": rank}
+        assert sizes == {"hosts": 1, "procs": 4}
+    assert replies.item(hosts=0, procs=3)[0] == 3
+
+
+def test_every_adverb(counters):
+    one = counters.slice(hosts=0, procs=1)
+    before = one.incr.call_one(0).get()
+    assert one.incr.call_one(5).get() == before + 5
+    chosen = {counters.where.choose().get()[0] for _ in range(8)}
+    assert chosen == {0, 1, 2, 3}
+    assert sorted(counters.later.stream(21)) == [42] * 4
+    counters.incr.broadcast(100)
+    values = counters.incr.call(0).get().values()
+    assert all(v >= 110 for v in values)
+
+
+def test_slicing(counters):
+    odd = counters.slice(procs=slice(1, 4, 2))
+    assert odd.sizes == {"hosts": 1, "procs": 2}
+    assert [r for r, _, _ in odd.where.call().get().values()] == [1, 3]
+    flat = counters.flatten("all")
+    assert flat.size("all") == 4
+    assert counters.rename(procs="gpus").sizes == {"hosts": 1, "gpus": 4}
+    split = counters.split(procs=(("a", 2), ("b", 2)))
+    assert split.sizes == {"hosts": 1, "a": 2, "b": 2}
+    assert split.slice(a=1, b=0).where.call_one().get()[0] == 2
+
+
+def test_async_endpoint_and_await(counters):
+    async def both():
+        return await counters.slice(procs=0).later.call_one(5)
+
+    assert asyncio.run(both()) == 10
+
+
+def test_actors_call_other_actors(counters):
+    helper = crown.world().spawn("helper", Counter, 0)
+    expected = sum(counters.incr.call(0).get().values())
+    assert helper.slice(procs=3).total_of.call_one(counters).get(timeout=30) == expected
+
+
+def test_remote_exception_carries_traceback_and_cause(counters):
+    with pytest.raises(ActorError) as raised:
+        counters.slice(procs=2).fail.call_one("missing key").get()
+    error = raised.value
+    assert error.rank == 2
+    assert isinstance(error.__cause__, KeyError)
+    assert "raise KeyError(message)" in error.traceback
+    replies = counters.fail.call("x").get()
+    assert len(replies.errors()) == 4
+    with pytest.raises(ActorError):
+        replies.item(hosts=0, procs=0)
+
+
+def test_wrong_use_fails_before_sending(counters):
+    with pytest.raises(TypeError, match="through an adverb"):
+        counters.incr(1)
+    with pytest.raises(ValueError, match="exactly one actor"):
+        counters.incr.call_one(1)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        counters.echo.call(threading.Lock())
+    with pytest.raises(AttributeError, match="no endpoint"):
+        counters.nonexistent
+
+
+def test_spawn_failure_names_the_rank():
+    with pytest.raises(MeshError) as raised:
+        crown.world().spawn("picky", Picky)
+    assert [rank for rank, _ in raised.value.failures] == [2]
+    assert "no room on rank 2" in str(raised.value)
+
+
+def test_numpy_and_torch_round_trip_bit_exact(counters):
+    far = counters.slice(procs=3)
+    array = np.random.default_rng(7).random(100_000_000 // 8)  # 100 MB of float64
+    back = far.echo.call_one(array).get(timeout=120)
+    assert back.dtype == array.dtype and np.array_equal(back, array)
+    back.flags.writeable and back.__setitem__(0, 1.0)  # arrays arrive writable
+    tensor = torch.arange(1000, dtype=torch.float32).reshape(10, 100)
+    assert torch.equal(far.echo.call_one(tensor).get(), tensor)
+
+
+def test_a_slow_endpoint_does_not_stall_other_actors(counters):
+    slow = counters.slice(procs=1).nap.call_one(2.0)
+    start = time.monotonic()
+    assert counters.slice(procs=2).incr.call_one(0).get(timeout=10) > 0
+    assert time.monotonic() - start < 1.5
+    assert slow.get(timeout=10) == 1
+
+
+def test_channel_and_accumulator(counters):
+    port, receiver = Channel.open()
+    counters.tell.broadcast(port, "hi")
+    got = sorted(receiver.recv(timeout=10) for _ in range(4))
+    assert got == [(r, "hi") for r in range(4)]
+    total = Accumulator(counters.incr, 0, operator.add).accumulate(0).get()
+    assert total == sum(counters.incr.call(0).get().values())
+
+
+def test_this_host_spawn_procs():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    assert procs.sizes == {"gpus": 2}
+    pair = procs.spawn("pair", Counter, 0)
+    assert sorted(r for r, _, _ in pair.where.call().get().values()) == [0, 1]
+    with pytest.raises(ValueError, match="asks for 8 procs"):
+        this_host().spawn_procs(per_host={"gpus": 8})
