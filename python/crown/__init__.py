@@ -40,11 +40,16 @@ def init(argv=None) -> "Controller":
     if not _crown.initialised():
         rank = _crown.init(list(sys.argv if argv is None else argv))
         if rank != 0:
-            code = _crown.serve()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+            _exit(_crown.serve())
     return Controller()
+
+
+def _exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _crown.owns_mpi():
+        os._exit(code)  # MPI is finalised; skip an interpreter teardown that has no more to do
+    sys.exit(code)  # MPI belongs to the program (mpi4py): its exit handlers finalise it
 
 
 class Controller:
@@ -91,6 +96,4 @@ def run(main, *args, **kwargs) -> None:
         traceback.print_exc()
         code = 1
     shutdown(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _exit(code)

@@ -44,6 +44,7 @@ void bindRuntime(py::module_& m) {
       "shutdown", [](int code) { finishController(Runtime::current(), code); },
       py::call_guard<py::gil_scoped_release>(),
       "The controller tells every worker to exit with code, and finishes.");
+  m.def("owns_mpi", [] { return Runtime::current().ownsMpi(); });
   m.def("rank", [] { return Runtime::current().topology().rank; });
   m.def("size", [] { return Runtime::current().topology().size; });
   m.def("host", [] {

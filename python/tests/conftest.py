@@ -10,5 +10,13 @@ def pytest_collection_finish(session):
     crown.init()  # workers serve here and exit when the controller is done
 
 
+_status = {"code": 0}
+
+
 def pytest_sessionfinish(session, exitstatus):
-    crown.shutdown(0 if exitstatus == 0 else 1)
+    _status["code"] = 0 if exitstatus == 0 else 1
+
+
+def pytest_unconfigure(config):
+    # After the summary is printed: with a rank lost, shutdown exits at once.
+    crown.shutdown(_status["code"])

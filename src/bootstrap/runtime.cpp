@@ -211,6 +211,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   return self;
 }
 
+bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }
+
 void Runtime::finish(int code) {
   auto timeout = env::millis("CROWN_SHUTDOWN_TIMEOUT_MS", 30s);
   // SHT-1: no process is left behind, even when a peer or MPI hangs.

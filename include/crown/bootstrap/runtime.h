@@ -40,6 +40,10 @@ class Runtime {
   /// Where this rank listens: TCP address and port, and its same-host socket.
   const transport::Endpoint& endpoint() const { return endpoint_; }
 
+  /// False when crown adopted an MPI that the program initialised (mpi4py):
+  /// then its owner finalises it, at its own exit.
+  bool ownsMpi() const;
+
   /// Runs `fn` on the MPI service thread and waits for it (THR-1).
   void onMpiThread(std::function<void()> fn);
 
