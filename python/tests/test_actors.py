@@ -187,3 +187,21 @@ def test_this_host_spawn_procs():
     assert sorted(r for r, _, _ in pair.where.call().get().values()) == [0, 1]
     with pytest.raises(ValueError, match="asks for 8 procs"):
         this_host().spawn_procs(per_host={"gpus": 8})
+
+
+def test_classes_only_the_controller_has_travel_by_value():
+    class Local(Actor):  # defined here, on rank 0 only: pickled by value
+        @endpoint
+        def hello(self):
+            return f"hello from {current_rank().rank}"
+
+    local = crown.world().spawn("local", Local)
+    assert local.hello.call().get().values() == [f"hello from {r}" for r in range(4)]
+
+
+def test_context_outside_and_inside_actors(counters):
+    from crown.actor import context
+
+    here = context()
+    assert here.actor_instance is None
+    assert here.rank.rank == 0
