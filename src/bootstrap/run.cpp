@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "crown/actor/agent.h"
@@ -47,7 +48,23 @@ int serveUntilShutdown(Runtime& runtime) {
   return code;
 }
 
+namespace {
+// Under mpirun --enable-recovery the launcher exits 0 whatever happened, so
+// crownrun asks the controller for the job's outcome through this file.
+void recordResult(int code) {
+  const char* path = std::getenv("CROWN_RESULT_FILE");
+  if (path == nullptr || *path == '\0') return;
+  if (std::FILE* file = std::fopen(path, "w")) {
+    std::fprintf(file, "%d\n", code);
+    std::fclose(file);
+  } else {
+    log::get().warn("cannot write the job's result to CROWN_RESULT_FILE={}", path);
+  }
+}
+}  // namespace
+
 void finishController(Runtime& runtime, int code) {
+  recordResult(code);
   Proc& proc = runtime.proc();
   proc.requestShutdown(code);  // from here on, links closing are expected
   shutDownWorkers(proc, code);

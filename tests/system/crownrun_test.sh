@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# crownrun against the real mpirun: the job's exit code is the controller's
+# outcome (even under --enable-recovery, where mpirun exits 0), and bad
+# input gets a clear error. Usage: crownrun_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+source_dir=$1
+build_dir=$2
+crownrun=$source_dir/launch/crownrun
+failures=0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+check() {  # check NAME EXPECTED_RC REGEX -- COMMAND...
+  local name=$1 expected=$2 regex=$3
+  shift 4
+  local output rc
+  output=$("$@" 2>&1)
+  rc=$?
+  if [[ "$rc" != "$expected" ]] || ! grep -Eq -- "$regex" <<<"$output"; then
+    echo "FAIL: $name: exit $rc (expected $expected), output:"
+    sed 's/^/    /' <<<"$output" | tail -20
+    failures=$((failures + 1))
+  else
+    echo "ok: $name"
+  fi
+}
+
+check "a job that succeeds exits 0" 0 "mesh_cast done on 4 ranks" -- \
+  "$crownrun" -n 4 "$build_dir/examples/mesh_cast"
+check "a failing controller makes the job fail" 1 "the training loop diverged" -- \
+  "$crownrun" -n 3 "$build_dir/tests/mpi/mpi_controller_fails"
+check "a controller that dies makes the job fail" 1 "ended without a result" -- \
+  "$crownrun" -n 4 "$build_dir/tests/mpi/mpi_controller_dies"
+check "CROWN_* settings reach every rank" 0 "crown r2 debug\] bootstrap done" -- \
+  env CROWN_LOG_LEVEL=debug "$crownrun" -n 3 "$build_dir/examples/mesh_cast"
+check "dry run prints the launch command" 0 "^mpirun -n 6 --enable-recovery.*--oversubscribe.*-x CROWN_LOG_LEVEL.*mesh_cast prog" -- \
+  env CROWN_LOG_LEVEL=info "$crownrun" -n 6 --dry-run --oversubscribe "$build_dir/examples/mesh_cast" prog
+check "hosts are passed on" 0 "-H a.?,b" -- "$crownrun" -n 2 --hosts a,b --dry-run true
+check "no rank count" 2 "say how many ranks" -- "$crownrun" true
+check "N below 1" 2 "must be at least 1" -- "$crownrun" -n 0 true
+check "program not found" 2 "program not found on PATH: no-such-program" -- \
+  "$crownrun" -n 2 no-such-program
+check "program path not executable" 2 "not found or not executable" -- \
+  "$crownrun" -n 2 ./no/such/file
+
+# No MPI launcher: a PATH with the basic tools but no mpirun.
+mkdir -p "$work/bin"
+for tool in bash env id nproc mktemp head tr rm grep; do ln -sf "$(command -v $tool)" "$work/bin/$tool"; done
+check "no MPI launcher found" 2 "no MPI launcher found" -- env PATH="$work/bin" "$crownrun" -n 2 true
+
+# Inside a Slurm allocation too small for N (a stand-in srun: only the check runs).
+printf '#!/bin/sh\nexit 0\n' >"$work/bin/srun"
+chmod +x "$work/bin/srun"
+check "a Slurm allocation smaller than N" 2 "allocation has 2 tasks, fewer than the 4" -- \
+  env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 4 true
+check "inside Slurm it launches with srun --mpi=pmix" 0 "^srun --mpi=pmix -n 2" -- \
+  env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 2 --dry-run true
+
+if ((failures)); then
+  echo "crownrun_test: $failures failed"
+  exit 1
+fi
+echo "crownrun_test: PASS"
