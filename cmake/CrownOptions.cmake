@@ -8,6 +8,10 @@ set_property(CACHE CROWN_WITH_NCCL PROPERTY STRINGS AUTO ON OFF)
 option(CROWN_BUILD_TESTS "Build the tests" ON)
 option(CROWN_BUILD_BENCH "Build the benchmarks" ON)
 option(CROWN_WITH_PYTHON "Build the Python front end (needs pybind11 and Python 3 headers)" ON)
+# Where cmake --install puts the crown package, relative to the prefix (the
+# modulefiles add it to PYTHONPATH).
+set(CROWN_PYTHON_INSTALL_DIR "lib/python3/dist-packages" CACHE STRING
+    "Python package directory under the install prefix")
 
 # Debian keeps the interpreter with numpy, torch and mpi4py at /usr/bin/python3;
 # the first python3 on PATH may be another one.
