@@ -9,6 +9,9 @@ measured in the same run:
   mpi4py_futures_world (also shown) the same executor run as documented for
                   launchers: mpirun -n 2 python3 -m mpi4py.futures, the worker
                   being rank 1 of the same MPI_COMM_WORLD
+and its anchor, the floor of any Python system here:
+  python_tcp      a blocking socket ping-pong (TCP_NODELAY, same payload)
+                  between the controller and a thread of rank 1's process
 Each gets the same 64-byte payload: round-trip p50/p99 of one call at a time,
 then pipelined calls/s (issue 1000 calls, then wait for them all). Dask and
 mpi4py run in child processes started by the controller (their own MPI jobs
@@ -30,8 +33,10 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 BENCH = "python_latency"
@@ -93,6 +98,35 @@ def pipelined(issue, wait, depth=PIPELINE_DEPTH, rounds=PIPELINE_ROUNDS):
         per_round.append(depth / (time.perf_counter() - start))
     return {"calls_per_s": sorted(per_round)[len(per_round) // 2],
             "rounds_calls_per_s": per_round, "depth": depth}
+
+
+def recv_exact(sock, size):
+    """Exactly size bytes, or b"" when the peer closed first."""
+    data = bytearray(size)
+    view, got = memoryview(data), 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            return b""
+        got += n
+    return bytes(data)
+
+
+def tcp_echo_server():
+    """Starts a thread that echoes one connection's PAYLOAD_BYTES messages
+    until it closes; returns the port."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        with server:
+            conn, _ = server.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while (data := recv_exact(conn, PAYLOAD_BYTES)):
+                conn.sendall(data)
+
+    threading.Thread(target=serve, name="python_latency-tcp-echo", daemon=True).start()
+    return server.getsockname()[1]
 
 
 def system_result(micros, throughput):
@@ -157,7 +191,7 @@ def run_mpi4py_futures():
                                lambda f: f.result())
     result = system_result(micros, throughput)
     result["versions"] = {"mpi4py": mpi4py.__version__,
-                          "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+                          "mpi": MPI.Get_library_version().splitlines()[0].strip().strip("\x00")}
     # Its manager and workers poll with a sleep that doubles up to this bound.
     result["backoff_s"] = float(os.environ.get("MPI4PY_FUTURES_BACKOFF", _lib.BACKOFF))
     return result
@@ -241,6 +275,10 @@ def crown_side():
             return x
 
         @endpoint
+        def tcp_echo_server(self):
+            return tcp_echo_server()
+
+        @endpoint
         def stamp(self, x):
             # perf_counter is CLOCK_MONOTONIC: comparable between processes of one host
             return time.perf_counter()
@@ -265,6 +303,18 @@ def crown_side():
         print("  crown: block 1", flush=True)
         block1 = round_trips(call, WARMUP, half)
         throughput = pipelined(lambda: actor.echo.call_one(PAYLOAD), lambda f: f.get())
+
+        # The anchor: Python to Python over a socket, between the same processes.
+        port = actor.tcp_echo_server.call_one().get()
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def ping():
+                sock.sendall(PAYLOAD)
+                if recv_exact(sock, PAYLOAD_BYTES) != PAYLOAD:
+                    raise RuntimeError("the TCP echo does not echo")
+
+            tcp = summarize(round_trips(ping, WARMUP, ITERATIONS))
 
         # Where crown's round trip goes (diagnostics, same actor, same run).
         prepared = _pickle.dumps(("echo", (PAYLOAD,), {}))
@@ -301,7 +351,7 @@ def crown_side():
         crown_result = system_result(block1 + block2, throughput)
         crown_result["block_p50_us"] = [summarize(block1)["p50_us"],
                                         summarize(block2)["p50_us"]]
-        report(info, crown_result, {"dask": dask, "mpi4py_futures": spawned,
+        report(info, crown_result, tcp, {"dask": dask, "mpi4py_futures": spawned,
                                     "mpi4py_futures_world": world},
                {"request_prepared_payload": summarize(raw),
                 "controller_to_endpoint": summarize(outbound),
@@ -313,10 +363,12 @@ def crown_side():
     crown.run(main)
 
 
-def report(info, crown_result, others, breakdown):
+def report(info, crown_result, tcp, others, breakdown):
     crown_p50 = crown_result["p50_us"]
     crown_rate = crown_result["calls_per_s"]
-    ratios, goals = {}, {}
+    ratios = {"crown_p50_vs_python_tcp": ratio(crown_p50, tcp["p50_us"]),
+              "crown_p99_vs_python_tcp": ratio(crown_result["p99_us"], tcp["p99_us"])}
+    goals = {}
     for name, other in others.items():
         if "p50_us" in other:
             ratios[f"{name}_p50_vs_crown"] = ratio(other["p50_us"], crown_p50)
@@ -334,14 +386,16 @@ def report(info, crown_result, others, breakdown):
         if "p50_us" not in result:
             print(f"{name:<40} failed: {result.get('error')}")
             return
+        rate = f"{result['calls_per_s']:>10.0f}" if "calls_per_s" in result else f"{'-':>10}"
         print(f"{name:<40} {result['p50_us']:>10.1f} {result['p99_us']:>10.1f} "
-              f"{result['mean_us']:>10.1f} {result['calls_per_s']:>10.0f} "
+              f"{result['mean_us']:>10.1f} {rate} "
               f"{ratio(result['p50_us'], crown_p50):>10.2f}")
 
     row("crown call_one", crown_result)
     row("dask actor", others["dask"])
     row("mpi4py.futures (spawned worker)", others["mpi4py_futures"])
     row("mpi4py.futures (-m mpi4py.futures, n=2)", others["mpi4py_futures_world"])
+    row("python tcp ping-pong (anchor)", tcp)
     blocks = crown_result["block_p50_us"]
     print(f"crown p50 by block (before / after the others): {blocks[0]:.1f} / {blocks[1]:.1f} us")
     print("where crown's round trip goes (p50 us):")
@@ -370,7 +424,7 @@ def report(info, crown_result, others, breakdown):
                    "mpi4py_futures": "MPIPoolExecutor(max_workers=1), spawned worker",
                    "mpi4py_futures_world": "mpirun -n 2 python3 -m mpi4py.futures"},
         "metrics": crown_result,
-        "anchors": others,
+        "anchors": dict(others, python_tcp=tcp),
         "crown_breakdown": breakdown,
         "ratios": ratios,
         "goals": goals,
