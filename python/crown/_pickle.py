@@ -19,9 +19,16 @@ def dumps(obj) -> bytes:
     """Pickles obj; raises TypeError naming what cannot be pickled."""
     buffers = []
     try:
-        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    except Exception as e:  # pickling errors come in many types
-        raise TypeError(f"cannot send {type(obj).__name__}: it cannot be pickled ({e})") from e
+        # The C pickler first: several times faster than cloudpickle's, and
+        # enough for everything importable on every rank (the script's own
+        # classes and functions included, since every rank runs the script).
+        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    except Exception:  # a lambda, a class defined in a function: by value
+        buffers.clear()
+        try:
+            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        except Exception as e:  # pickling errors come in many types
+            raise TypeError(f"cannot send {type(obj).__name__}: it cannot be pickled ({e})") from e
     raws = [b.raw() for b in buffers]
     lengths = struct.pack(f"<{len(raws) + 1}Q", len(data), *(r.nbytes for r in raws))
     return b"".join([_HEADER.pack(len(raws)), lengths, data, *raws])

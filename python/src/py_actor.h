@@ -39,6 +39,7 @@ class PyActor : public Actor {
 
  private:
   pybind11::object instance_;
+  pybind11::object dispatch_;  // crown._runtime.dispatch
 };
 
 }  // namespace crown::python
