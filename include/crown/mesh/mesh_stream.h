@@ -83,21 +83,7 @@ class MeshStream {
     Item item;
     item.rank = entry.rank;
     item.point = state_->shape.coordinates(entry.rank);
-    if (!entry.ok) {
-      item.error = mesh::detail::errorOf(entry);
-    } else if (entry.type != wire::messageName<Value>()) {
-      item.error = std::make_exception_ptr(ProtocolError(
-          "reply of type " + entry.type + " where " + wire::messageName<Value>() +
-          " was expected: check the reply type given to stream<R>()"));
-    } else if constexpr (std::is_void_v<R>) {
-      item.value.emplace();  // a void handler replies with no bytes
-    } else {
-      try {
-        item.value.emplace(wire::fromBytes<Value>(entry.payload));
-      } catch (...) {
-        item.error = std::current_exception();
-      }
-    }
+    mesh::detail::decodeEntry<R>(entry, item.value, item.error, "stream");
     return item;
   }
 

@@ -38,6 +38,29 @@ std::size_t indexOf(const Shape& shape, const std::map<std::string, std::size_t>
 /// The exception a failed entry carries.
 std::exception_ptr errorOf(const CastEntry& entry);
 std::string describe(const std::exception_ptr& error);
+
+/// A cast entry as a reply of type R: its value, or its error (also when
+/// the reply is of another type than R, which `adverb<R>()` names).
+template <class R>
+void decodeEntry(const CastEntry& entry, std::optional<crown::detail::Stored<R>>& value,
+                 std::exception_ptr& error, const char* adverb) {
+  using Value = crown::detail::Stored<R>;
+  if (!entry.ok) {
+    error = errorOf(entry);
+  } else if (entry.type != wire::messageName<Value>()) {
+    error = std::make_exception_ptr(ProtocolError(
+        "reply of type " + entry.type + " where " + wire::messageName<Value>() +
+        " was expected: check the reply type given to " + adverb + "<R>()"));
+  } else if constexpr (std::is_void_v<R>) {
+    value.emplace();  // a void handler replies with no bytes
+  } else {
+    try {
+      value.emplace(wire::fromBytes<Value>(entry.payload));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+}
 }  // namespace mesh::detail
 
 template <class R>
@@ -61,21 +84,7 @@ class ValueMesh {
     for (auto& cast : result.entries) {
       Entry& entry = entries.at(shape.slice().indexOf(cast.rank));
       entry.error = nullptr;
-      if (!cast.ok) {
-        entry.error = mesh::detail::errorOf(cast);
-      } else if (cast.type != wire::messageName<Value>()) {
-        entry.error = std::make_exception_ptr(ProtocolError(
-            "reply of type " + cast.type + " where " + wire::messageName<Value>() +
-            " was expected: check the reply type given to call<R>()"));
-      } else if constexpr (std::is_void_v<R>) {
-        entry.value.emplace();  // a void handler replies with no bytes
-      } else {
-        try {
-          entry.value.emplace(wire::fromBytes<Value>(cast.payload));
-        } catch (...) {
-          entry.error = std::current_exception();
-        }
-      }
+      mesh::detail::decodeEntry<R>(cast, entry.value, entry.error, "call");
     }
     return ValueMesh(std::move(shape), std::move(entries));
   }
