@@ -49,4 +49,9 @@ def loads(payload):
     for length in lengths[1:]:
         buffers.append(view[offset : offset + length])
         offset += length
-    return pickle.loads(data, buffers=buffers)
+    try:
+        return pickle.loads(data, buffers=buffers)
+    except (AttributeError, ImportError) as e:  # sent by reference, missing here
+        raise type(e)(f"{e}: it exists where it was sent from, not on this rank. Define it at "
+                      "the top level of the script (every rank runs that), or inside the "
+                      "controller's main() (then it travels by value)") from e

@@ -4,6 +4,7 @@ torch payloads, channels and accumulators."""
 
 import asyncio
 import operator
+import os
 import threading
 import time
 
@@ -61,6 +62,14 @@ class Picky(Actor):
     def __init__(self):
         if current_rank().rank == 2:
             raise RuntimeError("no room on rank 2")
+
+
+if os.environ.get("OMPI_COMM_WORLD_RANK") == "0":
+
+    class OnlyOnTheController(Actor):  # defined at import on rank 0 alone
+        @endpoint
+        def hello(self):
+            return "hello"
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +214,10 @@ def test_context_outside_and_inside_actors(counters):
     here = context()
     assert here.actor_instance is None
     assert here.rank.rank == 0
+
+
+def test_a_class_missing_on_other_ranks_is_a_clear_error():
+    with pytest.raises(MeshError) as raised:
+        crown.world().spawn("only", OnlyOnTheController)
+    assert [rank for rank, _ in raised.value.failures] == [1, 2, 3]
+    assert "top level of the script" in str(raised.value)
