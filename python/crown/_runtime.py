@@ -39,17 +39,27 @@ def _event_loop(instance):
     return loop
 
 
-def dispatch(instance, payload: bytes) -> bytes:
-    from .actor import endpoint
+_endpoints = {}  # (class, name) -> the endpoint's function: found once, not per message
 
+
+def _endpoint_function(cls, name):
+    function = _endpoints.get((cls, name))
+    if function is None:
+        from .actor import endpoint  # here: actor.py imports this module
+
+        method = inspect.getattr_static(cls, name, None)
+        if not isinstance(method, endpoint):
+            raise AttributeError(f"{cls.__name__} has no endpoint {name!r}")
+        function = _endpoints[(cls, name)] = method.fn
+    return function
+
+
+def dispatch(instance, payload: bytes) -> bytes:
     outer = current_instance()
     _current.instance = instance
     try:
         name, args, kwargs = _pickle.loads(payload)
-        method = inspect.getattr_static(type(instance), name, None)
-        if not isinstance(method, endpoint):
-            raise AttributeError(f"{type(instance).__name__} has no endpoint {name!r}")
-        result = method.fn(instance, *args, **kwargs)
+        result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
         if inspect.isawaitable(result):
             result = _event_loop(instance).run_until_complete(result)
         return VALUE + _pickle.dumps(result)

@@ -261,7 +261,8 @@ class ActorMesh(_Sliceable):
             raise AttributeError(name)
         if not isinstance(inspect.getattr_static(self._cls, name, None), endpoint):
             raise AttributeError(f"{self._cls.__name__} has no endpoint {name!r}")
-        return EndpointRef(self, name)
+        ref = self.__dict__[name] = EndpointRef(self, name)  # found directly from now on
+        return ref
 
     def __reduce__(self):
         return (ActorMesh, (self._shape, self._local, self._cls, self._name))
@@ -276,6 +277,7 @@ class EndpointRef:
     def __init__(self, mesh: ActorMesh, name: str):
         self._mesh = mesh
         self._name = name
+        self._only_rank = None  # call_one's rank, once checked
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
@@ -316,12 +318,14 @@ class EndpointRef:
 
     def call_one(self, *args, **kwargs) -> Future:
         """The reply of the mesh's only actor (raises ValueError first if it has more)."""
-        shape = self._mesh._shape
-        if len(shape) != 1:
-            raise ValueError(f"call_one needs a mesh of exactly one actor; this one is {shape} "
-                             f"({len(shape)} actors): slice it first, e.g. "
-                             f".slice({shape.labels[0]}=0), or use call()")
-        return self._direct(shape.ranks()[0], self._payload(args, kwargs))
+        if self._only_rank is None:
+            shape = self._mesh._shape
+            if len(shape) != 1:
+                raise ValueError(f"call_one needs a mesh of exactly one actor; this one is "
+                                 f"{shape} ({len(shape)} actors): slice it first, e.g. "
+                                 f".slice({shape.labels[0]}=0), or use call()")
+            self._only_rank = shape.ranks()[0]
+        return self._direct(self._only_rank, self._payload(args, kwargs))
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
