@@ -43,6 +43,7 @@ for _ in $(seq 50); do [[ -S "$work/munge.sock" ]] && break; sleep 0.1; done
 echo "== slurmctld and slurmd"
 node=$(hostname)
 port=$((20000 + RANDOM % 20000))
+while ss -ltn | grep -Eq ":($port|$((port + 1))) "; do port=$((20000 + RANDOM % 20000)); done
 mkdir -p "$work/state" "$work/spool"
 cat >"$work/slurm.conf" <<CONF
 ClusterName=crowntest
