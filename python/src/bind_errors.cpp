@@ -13,14 +13,16 @@ namespace py = pybind11;
 namespace crown::python {
 namespace {
 
-py::object makeError(py::module_& m, const char* name, PyObject* base) {
+// The types live as long as the interpreter; a handle (no reference of its
+// own) is never released by a C++ static destructor after Python is gone.
+py::handle makeError(py::module_& m, const char* name, PyObject* base) {
   py::object type = py::reinterpret_steal<py::object>(
       PyErr_NewException((std::string("crown._crown.") + name).c_str(), base, nullptr));
   m.attr(name) = type;
-  return type;
+  return type.release();
 }
 
-void raise(const py::object& type, const std::string& message, py::dict attributes) {
+void raise(py::handle type, const std::string& message, py::dict attributes) {
   py::object error = type(message);
   for (auto item : attributes) error.attr(item.first) = item.second;
   PyErr_SetObject(type.ptr(), error.ptr());
@@ -29,11 +31,11 @@ void raise(const py::object& type, const std::string& message, py::dict attribut
 }  // namespace
 
 void bindErrors(py::module_& m) {
-  static py::object crownError = makeError(m, "CrownError", PyExc_RuntimeError);
-  static py::object supervision = makeError(m, "SupervisionError", crownError.ptr());
-  static py::object remote = makeError(m, "RemoteActorError", crownError.ptr());
-  static py::object meshError = makeError(m, "MeshError", crownError.ptr());
-  static py::object actorStopped = makeError(m, "ActorStoppedError", crownError.ptr());
+  static py::handle crownError = makeError(m, "CrownError", PyExc_RuntimeError);
+  static py::handle supervision = makeError(m, "SupervisionError", crownError.ptr());
+  static py::handle remote = makeError(m, "RemoteActorError", crownError.ptr());
+  static py::handle meshError = makeError(m, "MeshError", crownError.ptr());
+  static py::handle actorStopped = makeError(m, "ActorStoppedError", crownError.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
