@@ -1,37 +1,88 @@
-"""Payloads: cloudpickle protocol 5 with out-of-band buffers.
+"""Payloads: pickle protocol 5 with out-of-band buffers.
 
 numpy arrays and torch tensors hand their memory to the pickler as buffers
-instead of being copied into the pickle string; the payload is a small header,
-the pickle, then each buffer once. On loading, the buffers are views into the
-received payload (made writable), so a large array is copied once per hop at
-most, never pickled byte by byte.
+instead of being copied into the pickle string (a CPU tensor travels as the
+numpy array that shares its memory, and is rebuilt with torch.from_numpy);
+the payload is a small header, the pickle, then each buffer once. On
+loading, the buffers are views into the received payload (made writable), so
+a large array is copied once per hop at most, never pickled byte by byte.
+
+The C pickler goes first; what it cannot pickle (a lambda, a class defined
+inside a function) goes by value through cloudpickle.
 """
 
+import copyreg
+import io
 import pickle
 import struct
+import sys
+from collections import ChainMap
 
 import cloudpickle
 
 _HEADER = struct.Struct("<I")
 
 
+def _tensor_from_array(array, requires_grad):
+    import torch
+
+    tensor = torch.from_numpy(array)
+    return tensor.requires_grad_(True) if requires_grad else tensor
+
+
+def _reduce_tensor(tensor):
+    import torch
+
+    if tensor.device.type != "cpu" or tensor.layout != torch.strided or tensor.dtype in (
+            torch.bfloat16, torch.complex32) or tensor.is_quantized:
+        return tensor.__reduce_ex__(5)  # what numpy cannot hold goes the usual way
+    array = tensor.detach().contiguous().numpy()
+    return _tensor_from_array, (array, tensor.requires_grad)
+
+
+_with_tensors = {}  # pickler class -> its subclass that reduces tensors as arrays
+
+
+def _pickler_class(base):
+    # Only once the program has imported torch: never import it to pickle.
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return base
+    cls = _with_tensors.get(base)
+    if cls is None:
+        # A class attribute: the C pickler reads its dispatch table when made.
+        table = ChainMap({torch.Tensor: _reduce_tensor},
+                         getattr(base, "dispatch_table", copyreg.dispatch_table))
+        cls = _with_tensors[base] = type(f"{base.__name__}WithTensors", (base,),
+                                         {"dispatch_table": table})
+    return cls
+
+
+def _pickle(base, obj, buffers) -> bytes:
+    out = io.BytesIO()
+    _pickler_class(base)(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    return out.getvalue()
+
+
 def dumps(obj) -> bytes:
     """Pickles obj; raises TypeError naming what cannot be pickled."""
     buffers = []
     try:
-        # The C pickler first: several times faster than cloudpickle's, and
-        # enough for everything importable on every rank (the script's own
-        # classes and functions included, since every rank runs the script).
-        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        data = _pickle(pickle.Pickler, obj, buffers)
     except Exception:  # a lambda, a class defined in a function: by value
         buffers.clear()
         try:
-            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+            data = _pickle(cloudpickle.CloudPickler, obj, buffers)
         except Exception as e:  # pickling errors come in many types
             raise TypeError(f"cannot send {type(obj).__name__}: it cannot be pickled ({e})") from e
     raws = [b.raw() for b in buffers]
     lengths = struct.pack(f"<{len(raws) + 1}Q", len(data), *(r.nbytes for r in raws))
     return b"".join([_HEADER.pack(len(raws)), lengths, data, *raws])
+
+
+def buffer_count(payload) -> int:
+    """How many out-of-band buffers a payload carries."""
+    return _HEADER.unpack_from(payload, 0)[0]
 
 
 def loads(payload):

@@ -172,6 +172,15 @@ def test_numpy_and_torch_round_trip_bit_exact(counters):
     assert torch.equal(far.echo.call_one(tensor).get(), tensor)
 
 
+def test_arrays_and_tensors_travel_out_of_band():
+    from crown import _pickle
+
+    for value, data_bytes in ((np.ones(1000), 8000), (torch.ones(1000), 4000)):
+        payload = _pickle.dumps(value)
+        assert _pickle.buffer_count(payload) == 1, type(value)
+        assert len(payload) < data_bytes + 600, "the data was copied into the pickle"
+
+
 def test_a_slow_endpoint_does_not_stall_other_actors(counters):
     slow = counters.slice(procs=1).nap.call_one(2.0)
     start = time.monotonic()
