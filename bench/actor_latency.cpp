@@ -9,12 +9,12 @@
 #include <mpi.h>
 
 #include <array>
-#include <boost/serialization/array_wrapper.hpp>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
 
 #include "bench_util.h"
+#include "payload.h"
 #include "raw_tcp.h"
 
 namespace {
@@ -24,26 +24,13 @@ using namespace crown::bench;
 constexpr int kWarmup = 1000;
 constexpr int kIterations = 20000;
 constexpr int kBlocks = 10;  // crown and raw tcp alternate in blocks of kIterations / kBlocks
-constexpr std::size_t kPayloadBytes = 64;
 constexpr int kMpiBytes = 8;
 constexpr int kMpiTag = 7301;  // MPI_COMM_WORLD is ours: crown talks on a dup of it
 constexpr double kMpiDeadlineSeconds = 30;
 
-/// The request: exactly 64 payload bytes on the wire (make_array writes the
-/// raw bytes, no count); the first four carry a sequence number.
-struct Ping64 {
-  std::array<char, kPayloadBytes> data{};
-
-  explicit Ping64(std::uint32_t seq = 0) { std::memcpy(data.data(), &seq, sizeof seq); }
-  std::uint32_t seq() const {
-    std::uint32_t seq = 0;
-    std::memcpy(&seq, data.data(), sizeof seq);
-    return seq;
-  }
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& boost::serialization::make_array(data.data(), data.size());
-  }
+/// The request: 64 payload bytes carrying a sequence number.
+struct Ping64 : Payload64 {
+  using Payload64::Payload64;
 };
 
 /// Starts the raw TCP pong server; replies with its endpoint.
@@ -85,7 +72,7 @@ Clock::time_point mpiDeadline() {
 class LatencyTarget : public crown::Actor {
  public:
   LatencyTarget() {
-    handle<Ping64>([](const Ping64& ping) { return ping.seq(); });
+    handle<Ping64>([](const Ping64& ping) { return static_cast<std::uint32_t>(ping.seq()); });
 
     handle<StartTcpPong>([this](const StartTcpPong&) {
       return server_.start(fabricHost(), [](int fd) {

@@ -10,13 +10,13 @@
 // Run:  mpirun -n 2 ./actor_throughput [results dir or file.json]
 #include <algorithm>
 #include <array>
-#include <boost/serialization/array_wrapper.hpp>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <vector>
 
 #include "bench_util.h"
+#include "payload.h"
 #include "raw_tcp.h"
 
 namespace {
@@ -28,25 +28,7 @@ constexpr std::uint64_t kRequests = 100000;
 constexpr std::uint64_t kWindow = 1000;   // requests in flight
 constexpr std::uint64_t kWarmup = 10000;  // messages (or requests) before the first round
 constexpr int kRounds = 3;
-constexpr std::size_t kPayloadBytes = 64;
 constexpr auto kReplyTimeout = std::chrono::seconds(60);
-
-/// 64 payload bytes on the wire (make_array writes raw bytes, no count); the
-/// first eight carry a sequence number so the receiver can check the order.
-struct Payload64 {
-  std::array<char, kPayloadBytes> data{};
-
-  explicit Payload64(std::uint64_t seq = 0) { std::memcpy(data.data(), &seq, sizeof seq); }
-  std::uint64_t seq() const {
-    std::uint64_t seq = 0;
-    std::memcpy(&seq, data.data(), sizeof seq);
-    return seq;
-  }
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& boost::serialization::make_array(data.data(), data.size());
-  }
-};
 
 /// One-way message: counted.
 struct Item : Payload64 {

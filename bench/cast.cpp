@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/serialization/array_wrapper.hpp>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -35,12 +34,12 @@
 #include "crown/mesh/cast_tree.h"
 #include "crown/mesh/reducer.h"
 #include "crown/mesh/sim.h"
+#include "payload.h"
 
 namespace {
 
 using namespace crown::bench;
 
-constexpr std::size_t kPayloadBytes = 64;
 constexpr double kGoalVsMpi = 3;  // the target for the default cast
 
 // Simulated part: sizes, and a time budget per size that picks the number of
@@ -61,14 +60,9 @@ constexpr int kMpiBlockWarmup = 10;  // absorbs the skew of the barrier that ope
 constexpr double kMpiDeadlineSeconds = 30;
 constexpr auto kReplyTimeout = std::chrono::seconds(60);
 
-/// The cast: exactly 64 payload bytes on the wire (make_array writes the raw
-/// bytes, no count).
-struct Echo64 {
-  std::array<char, kPayloadBytes> data{};
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& boost::serialization::make_array(data.data(), data.size());
-  }
+/// The cast: 64 payload bytes.
+struct Echo64 : Payload64 {
+  using Payload64::Payload64;
 };
 
 /// Makes every rank but 0 take part in `rounds` MPI anchor rounds on its MPI

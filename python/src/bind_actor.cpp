@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "crown/actor/failure.h"
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
 #include "py_actor.h"
@@ -26,17 +27,21 @@ std::chrono::milliseconds toMillis(double seconds) {
 /// An entry's error as plain values: (kind, message, rank, host), kind one of
 /// "raised" (a C++ handler threw), "lost" (its process), "stopped", "error".
 py::tuple describe(const std::exception_ptr& error, std::size_t rank) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ProcessLost& e) {
-    return py::make_tuple("lost", e.what(), e.rank(), e.host());
-  } catch (const RemoteError& e) {
-    return py::make_tuple("raised", e.what(), e.rank(), "");
-  } catch (const ActorStopped& e) {
-    return py::make_tuple("stopped", e.what(), rank, "");
-  } catch (const std::exception& e) {
-    return py::make_tuple("error", e.what(), rank, "");
+  auto failure = crown::detail::describeFailure(error, static_cast<Rank>(rank));
+  using Failure = crown::detail::RemoteFailure;
+  const char* kind = "error";
+  switch (failure.category) {
+    case Failure::kRaised:
+      kind = "raised";
+      break;
+    case Failure::kActorStopped:
+      kind = "stopped";
+      break;
+    case Failure::kProcessLost:
+      kind = "lost";
+      break;
   }
+  return py::make_tuple(kind, mesh::detail::describe(error), failure.rank, failure.host);
 }
 
 class RequestFuture {
@@ -95,7 +100,8 @@ class CastStream {
       item = timeout ? stream_.next(toMillis(*timeout)) : stream_.next();
     }
     if (!item) return py::none();
-    if (item->error) return py::make_tuple(item->rank, py::none(), describe(item->error, item->rank));
+    if (item->error)
+      return py::make_tuple(item->rank, py::none(), describe(item->error, item->rank));
     return py::make_tuple(item->rank, py::bytes(item->value->payload), py::none());
   }
 
@@ -129,8 +135,8 @@ void bindActor(py::module_& m) {
       "Constructs the pickled (class, args, kwargs) on every rank of shape; returns the "
       "mesh's actor id.");
   m.def("request", [](std::size_t rank, std::uint64_t local, const py::bytes& payload) {
-    return RequestFuture(Proc::current().request<Outcome>(
-        ActorId{static_cast<Rank>(rank), local}, PyCall{std::string(payload)}));
+    return RequestFuture(Proc::current().request<Outcome>(ActorId{static_cast<Rank>(rank), local},
+                                                          PyCall{std::string(payload)}));
   });
   m.def("send", [](std::size_t rank, std::uint64_t local, const py::bytes& payload) {
     Proc::current().send(ActorId{static_cast<Rank>(rank), local}, PyCall{std::string(payload)});

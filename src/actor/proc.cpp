@@ -139,6 +139,12 @@ struct Proc::Impl {
     return id;
   }
 
+  // With cell.mutex held: true when the caller must schedule the drain of
+  // what the mailbox holds (none is queued or running).
+  static bool claimDrain(Cell& cell) {
+    return !cell.mailbox.empty() && !std::exchange(cell.scheduled, true);
+  }
+
   std::shared_ptr<Cell> findCell(std::uint64_t local) {
     std::lock_guard lock(actorsMutex);
     auto it = actors.find(local);
@@ -239,14 +245,14 @@ struct Proc::Impl {
             break;
         }
       }
-      schedule = !cell->mailbox.empty() && !std::exchange(cell->scheduled, true);
+      schedule = claimDrain(*cell);
     }
     if (schedule) scheduleDrain(cell, fromNetwork);
     if (late) {
-      refuse(*late, RemoteFailure{RemoteFailure::kOther, "", "message " +
-                                  std::to_string(late->envelope.seq) + " from " +
-                                  wire::toString(late->envelope.sender) +
-                                  " arrived after the order gap timeout had passed it over",
+      refuse(*late, RemoteFailure{RemoteFailure::kOther, "",
+                                  "message " + std::to_string(late->envelope.seq) + " from " +
+                                      wire::toString(late->envelope.sender) +
+                                      " arrived after the order gap timeout had passed it over",
                                   "", "", options.rank});
     }
   }
@@ -279,12 +285,12 @@ struct Proc::Impl {
           armGapTimer(cell, sender, cell->order.expected(sender));
         }
         if (cell->mailbox.size() > before && cell->order.expected(sender) != stuckAt) {
-          log::get().warn("messages from {} to {} before number {} never arrived within {} ms "
-                          "(a cast hop lost?); delivering the later ones",
-                          wire::toString(sender), cell->actor->name(), stuckAt,
-                          gapTimeout.count());
+          log::get().warn(
+              "messages from {} to {} before number {} never arrived within {} ms "
+              "(a cast hop lost?); delivering the later ones",
+              wire::toString(sender), cell->actor->name(), stuckAt, gapTimeout.count());
         }
-        schedule = !cell->mailbox.empty() && !std::exchange(cell->scheduled, true);
+        schedule = claimDrain(*cell);
       }
       if (schedule) scheduleDrain(cell, false);
     });
@@ -493,8 +499,7 @@ void Proc::sendRaw(const ActorId& dest, std::string type, wire::Bytes payload) {
   impl_->route({std::move(envelope), std::move(payload)});
 }
 
-void Proc::deliverLocal(wire::Envelope envelope, wire::Bytes payload,
-                        detail::Completion complete) {
+void Proc::deliverLocal(wire::Envelope envelope, wire::Bytes payload, detail::Completion complete) {
   envelope.dest.rank = impl_->options.rank;
   // From a raw agent on the pool thread that read the cast, run the actor
   // right after it, as a network delivery does; never defer from inside a

@@ -1,36 +1,18 @@
 #include "actor/proc_agent.h"
 
-#include <map>
-#include <mutex>
-
 #include "crown/actor/agent.h"
 #include "crown/actor/proc.h"
 #include "crown/actor/spawn.h"
+#include "crown/common/registry.h"
 
 namespace crown::detail {
-namespace {
-
-std::mutex& registryMutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-std::map<std::string, ActorFactory>& registry() {
-  static std::map<std::string, ActorFactory> factories;
-  return factories;
-}
-
-}  // namespace
 
 void registerActorFactory(const std::string& key, ActorFactory factory) {
-  std::lock_guard lock(registryMutex());
-  registry().emplace(key, std::move(factory));
+  Registry<ActorFactory>::instance().add(key, std::move(factory));
 }
 
 const ActorFactory* findActorFactory(const std::string& key) {
-  std::lock_guard lock(registryMutex());
-  auto it = registry().find(key);
-  return it == registry().end() ? nullptr : &it->second;
+  return Registry<ActorFactory>::instance().find(key);
 }
 
 std::unique_ptr<Actor> constructActor(const std::string& key, const std::string& name,

@@ -11,14 +11,9 @@ std::uint64_t newMeshLocal(Proc& proc) {
 }
 
 void spawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
-  auto state = std::make_shared<crown::detail::FutureState<ValueMesh<void>>>();
-  CastRequest request{shape.slice(),    castFanout(),           kMeshAgentLocalId,
-                      wire::messageName<SpawnMeshActor>(), wire::toBytes(spawn),
-                      CastMode::kCollect, {}};
-  cast(Proc::current(), std::move(request), [state, shape](CastResult&& result) {
-    state->setValue(ValueMesh<void>::fromCast(shape, std::move(result)));
-  });
-  auto failures = Future<ValueMesh<void>>(state).get().failures();
+  // The mesh agents, one on every proc, addressed as a mesh of their own.
+  auto agents = ActorMesh<Actor>(shape, kMeshAgentLocalId);
+  auto failures = agents.call<void>(spawn).get().failures();
   if (!failures.empty()) {
     throw MeshError("spawn of '" + spawn.name + "' on " + shape.toString(), shape.size(),
                     std::move(failures));
