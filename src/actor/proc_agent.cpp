@@ -37,9 +37,6 @@ ProcAgent::ProcAgent(Proc& proc) {
     return proc.spawnLocal(std::move(actor), spawn.name).local;
   });
   handle<agent::StopActor>([&proc](const agent::StopActor& stop) { proc.stopLocal(stop.local); });
-  handle<agent::Shutdown>([&proc](const agent::Shutdown& shutdown) {
-    proc.requestShutdown(shutdown.code, shutdown.ranksLost);
-  });
 }
 
 }  // namespace crown::detail

@@ -1,5 +1,5 @@
 // The proc agent: the actor at local id 1 of every Proc, through which the
-// controller spawns and stops actors and shuts the process down.
+// controller spawns and stops actors.
 #pragma once
 
 #include "crown/actor/actor.h"

@@ -1,15 +1,18 @@
 // SendSequencer: hands out the ORD-1 positions (seq 1, 2, ...) of the
 // messages each sender actor of this process sends to each destination
-// actor, whether directly or through a cast. Mesh actors (kMeshLocalBit)
-// have the same local id on every rank, so their counters are one vector
-// per (sender, mesh) indexed by rank: a cast to N members reserves N
-// positions without N hash lookups. Thread-safe.
+// actor, whether directly or through a cast. Counters are kept per (sender,
+// destination local id), with one count per destination rank: a handful in
+// a short list, or, once the destination is many ranks (a mesh actor has
+// the same local id on every rank), one vector indexed by rank, so that a
+// cast to N members reserves N positions without N hash lookups.
+// Thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "crown/wire/envelope.h"
@@ -25,22 +28,31 @@ class SendSequencer {
   std::vector<std::uint64_t> next(const wire::ActorId& sender, std::uint64_t destLocal,
                                   const std::vector<std::size_t>& ranks);
 
+  /// Drops the counters of a sender that was stopped.
+  void forgetSender(const wire::ActorId& sender);
+  /// Drops every sender's counters towards actor `destLocal` (a stopped mesh).
+  void forgetDestination(std::uint64_t destLocal);
+  /// How many (sender, destination) entries are held: for tests of pruning.
+  std::size_t entries();
+
  private:
   struct Key {
     wire::ActorId sender;
-    wire::ActorId dest;
+    std::uint64_t destLocal = 0;
     friend bool operator==(const Key&, const Key&) = default;
   };
   struct Hash {
     std::size_t operator()(const Key& k) const;
   };
-
-  std::vector<std::uint64_t>& meshCounters(const wire::ActorId& sender, std::uint64_t destLocal);
+  struct Counters {
+    std::vector<std::pair<Rank, std::uint64_t>> few;  // while `byRank` is empty
+    std::vector<std::uint64_t> byRank;
+    std::uint64_t& at(Rank rank, Rank worldSize);
+  };
 
   Rank worldSize_;
   std::mutex mutex_;
-  std::unordered_map<Key, std::uint64_t, Hash> direct_;
-  std::unordered_map<Key, std::vector<std::uint64_t>, Hash> meshes_;  // dest.rank unused
+  std::unordered_map<Key, Counters, Hash> counters_;
 };
 
 }  // namespace crown::detail

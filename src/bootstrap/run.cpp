@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "crown/actor/agent.h"
+#include "bootstrap/lifecycle.h"
 #include "crown/bootstrap/controller.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
@@ -15,10 +15,11 @@ using namespace std::chrono_literals;
 // Tells every live worker to exit with `code` and waits for their acks, so
 // that none is still serving when rank 0 finalises.
 void shutDownWorkers(Proc& proc, int code) {
+  auto& lifecycle = detail::Lifecycle::of(proc);
   std::vector<Future<void>> acks;
-  agent::Shutdown shutdown{code, proc.ranksLost()};
+  detail::Shutdown shutdown{code, lifecycle.ranksLost()};
   for (Rank r = 1; r < proc.size(); ++r) {
-    if (proc.alive(r)) acks.push_back(proc.request<void>({r, kAgentLocalId}, shutdown));
+    if (proc.alive(r)) acks.push_back(proc.request<void>({r, lifecycle.agentId()}, shutdown));
   }
   auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s);
   for (auto& ack : acks) {
@@ -38,11 +39,7 @@ void shutDownWorkers(Proc& proc, int code) {
 
 int serveUntilShutdown(Runtime& runtime) {
   Proc& proc = runtime.proc();
-  // A worker whose controller is gone has nobody left to serve.
-  proc.setPeerLostHandler([&proc](Rank peer, const std::string&) {
-    if (peer == 0) proc.requestShutdown(1);
-  });
-  int code = proc.waitForShutdown();
+  int code = detail::Lifecycle::of(proc).waitForShutdown();
   if (code != 0 && !proc.alive(0)) log::get().error("the controller (rank 0) was lost; exiting");
   runtime.finish(code);
   return code;
@@ -66,7 +63,7 @@ void recordResult(int code) {
 void finishController(Runtime& runtime, int code) {
   recordResult(code);
   Proc& proc = runtime.proc();
-  proc.requestShutdown(code);  // from here on, links closing are expected
+  detail::Lifecycle::of(proc).requestShutdown(code);  // from here on, links closing are expected
   shutDownWorkers(proc, code);
   runtime.finish(code);
 }

@@ -1,6 +1,5 @@
 #include "crown/bootstrap/runtime.h"
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,11 +8,13 @@
 #include <map>
 #include <thread>
 
+#include "bootstrap/lifecycle.h"
+#include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
 #include "crown/actor/agent.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
-#include "crown/mesh/cast.h"
+#include "crown/mesh/module.h"
 #include "crown/transport/transport.h"
 
 namespace crown {
@@ -22,16 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 
 Runtime* g_runtime = nullptr;
-
-void checkMpi(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw BootstrapError(std::string(call) + " failed: " + text);
-}
-
-#define CROWN_CHECK_MPI(call) checkMpi((call), #call)
 
 // What every rank tells every other at bootstrap, fixed-size for MPI_Allgather.
 struct RankRecord {
@@ -44,6 +35,137 @@ struct RankRecord {
 
 void copyText(char* out, std::size_t size, const std::string& text) {
   std::snprintf(out, size, "%s", text.c_str());
+}
+
+// Step 1: MPI, or the MPI mpi4py already initialised (its owner finalises
+// it); a communicator of crown's own; rank, size and the ranks of this host.
+bool startMpi(int* argc, char*** argv, MPI_Comm& comm, Topology& topo) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  int provided = 0;
+  if (initialised) {
+    MPI_Query_thread(&provided);
+  } else {
+    CROWN_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw BootstrapError("MPI provides thread level " + std::to_string(provided) +
+                         " but crown needs MPI_THREAD_SERIALIZED or more (with mpi4py, leave "
+                         "mpi4py.rc.thread_level at its default)");
+  }
+  CROWN_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  int rank = 0, size = 0;
+  CROWN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  CROWN_CHECK_MPI(MPI_Comm_size(comm, &size));
+  topo.rank = static_cast<Rank>(rank);
+  topo.size = static_cast<Rank>(size);
+  log::setRank(topo.rank);
+
+  MPI_Comm local;
+  CROWN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  CROWN_CHECK_MPI(MPI_Comm_rank(local, &topo.localRank));
+  CROWN_CHECK_MPI(MPI_Comm_size(local, &topo.localSize));
+  CROWN_CHECK_MPI(MPI_Comm_free(&local));
+  return !initialised;
+}
+
+// Step 2: the job secret, made on rank 0 and shared over MPI only (SEC-1).
+transport::Secret shareSecret(MPI_Comm comm, Rank rank) {
+  transport::Secret secret{};
+  if (rank == 0) secret = transport::randomSecret();
+  CROWN_CHECK_MPI(MPI_Bcast(secret.data(), static_cast<int>(secret.size()), MPI_BYTE, 0, comm));
+  return secret;
+}
+
+// Step 3: listen, and say where (or why not) in this rank's record.
+std::unique_ptr<transport::Transport> listen(const Topology& topo, const transport::Secret& secret,
+                                             std::shared_ptr<transport::IoPool> pool,
+                                             RankRecord& mine) {
+  try {
+    transport::AsioOptions options;
+    options.rank = topo.rank;
+    options.size = topo.size;
+    options.bindAddress = transport::chooseListenAddress();
+    options.secret = secret;
+    options.limits = wire::FrameLimits::fromEnv();
+    options.connectTimeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
+    options.authTimeout = env::millis("CROWN_AUTH_TIMEOUT_MS", 5s);
+    options.heartbeatInterval =
+        env::millis("CROWN_HEARTBEAT_INTERVAL_MS", 1s, std::chrono::milliseconds(0));
+    options.heartbeatMisses = static_cast<int>(env::integer("CROWN_HEARTBEAT_MISSES", 5, 1, 1000));
+    options.listenLocal = env::get("CROWN_SAME_HOST_TRANSPORT").value_or("unix") != "tcp";
+    options.pool = std::move(pool);
+    auto fabric = transport::makeAsioTransport(options);
+    copyText(mine.address, sizeof mine.address, fabric->localEndpoint().host);
+    mine.port = fabric->localEndpoint().port;
+    copyText(mine.local, sizeof mine.local, fabric->localEndpoint().local);
+    return fabric;
+  } catch (const std::exception& e) {
+    copyText(mine.error, sizeof mine.error, e.what());
+    return nullptr;
+  }
+}
+
+std::string processorName() {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  CROWN_CHECK_MPI(MPI_Get_processor_name(host, &length));
+  return host;
+}
+
+// Step 4 (after MPI_Allgather): host names and indices into the topology,
+// every rank's endpoint, and the failures of those that could not listen.
+std::vector<transport::Endpoint> readRecords(const std::vector<RankRecord>& records, Topology& topo,
+                                             std::string& failures) {
+  std::map<std::string, int> hostIndex;
+  std::vector<transport::Endpoint> peers;
+  for (Rank r = 0; r < topo.size; ++r) {
+    const RankRecord& record = records[r];
+    if (record.error[0] != '\0') {
+      failures += "\n  rank " + std::to_string(r) + " (" + record.host + "): " + record.error;
+    }
+    topo.hostNames.emplace_back(record.host);
+    auto [it, added] = hostIndex.emplace(record.host, static_cast<int>(hostIndex.size()));
+    topo.hostIndexOf.push_back(it->second);
+    peers.push_back({record.address, record.port, record.local});
+  }
+  // Unix sockets only reach ranks on this host (its network namespace).
+  for (Rank r = 0; r < topo.size; ++r) {
+    if (topo.hostNames[r] != topo.hostNames[topo.rank]) peers[r].local.clear();
+  }
+  topo.hostIndex = topo.hostIndexOf[topo.rank];
+  topo.hostCount = static_cast<int>(hostIndex.size());
+  return peers;
+}
+
+// Step 5, on rank 0: the controller reaches every rank over the fabric, so a
+// peer that cannot be connected fails the bootstrap here rather than the
+// first call. Returns what failed ("" when every rank answered).
+std::string pingEveryRank(Proc& proc, const Topology& topo) {
+  auto timeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
+  std::vector<Future<Rank>> pings;
+  for (Rank r = 1; r < topo.size; ++r)
+    pings.push_back(proc.request<Rank>({r, kAgentLocalId}, agent::Ping{}));
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string verdict;
+  for (Rank r = 1; r < topo.size; ++r) {
+    try {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pings[r - 1].get(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      verdict += "\n  rank " + std::to_string(r) + " (" + topo.hostNames[r] +
+                 ") is not reachable over TCP from rank 0: " + e.what();
+    }
+  }
+  return verdict;
+}
+
+void broadcastText(std::string& text, MPI_Comm comm) {
+  int length = static_cast<int>(text.size());
+  CROWN_CHECK_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, comm));
+  text.resize(static_cast<std::size_t>(length));
+  CROWN_CHECK_MPI(MPI_Bcast(text.data(), length, MPI_CHAR, 0, comm));
 }
 
 }  // namespace
@@ -70,137 +192,41 @@ void Runtime::onMpiThread(std::function<void()> fn) { mpi_->service.call(std::mo
 
 Runtime& Runtime::init(int* argc, char*** argv) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
-  static Runtime runtime;
-  Runtime& self = runtime;
+  static Runtime self;
   Topology& topo = self.topology_;
-  transport::Secret secret{};
-  std::unique_ptr<transport::Transport> fabric;
   auto pool = std::make_shared<transport::IoPool>();
+  std::unique_ptr<transport::Transport> fabric;
   std::vector<RankRecord> records;
-
   self.onMpiThread([&] {
-    int initialised = 0;
-    MPI_Initialized(&initialised);
-    int provided = 0;
-    if (initialised) {
-      MPI_Query_thread(&provided);  // adopted (mpi4py first): its owner finalises
-    } else {
-      CROWN_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
-      self.mpi_->ownsMpi = true;
-    }
-    if (provided < MPI_THREAD_SERIALIZED) {
-      throw BootstrapError("MPI provides thread level " + std::to_string(provided) +
-                           " but crown needs MPI_THREAD_SERIALIZED or more (with mpi4py, leave "
-                           "mpi4py.rc.thread_level at its default)");
-    }
-    CROWN_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &self.mpi_->comm));
-    MPI_Comm comm = self.mpi_->comm;
-    int rank = 0, size = 0;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
-    topo.rank = static_cast<Rank>(rank);
-    topo.size = static_cast<Rank>(size);
-    log::setRank(topo.rank);
-
-    MPI_Comm local;
-    CROWN_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
-    MPI_Comm_rank(local, &topo.localRank);
-    MPI_Comm_size(local, &topo.localSize);
-    MPI_Comm_free(&local);
-
-    // Job secret: made on rank 0, shared over MPI only (SEC-1).
-    if (rank == 0) secret = transport::randomSecret();
-    CROWN_CHECK_MPI(MPI_Bcast(secret.data(), static_cast<int>(secret.size()), MPI_BYTE, 0, comm));
-
+    self.mpi_->ownsMpi = startMpi(argc, argv, self.mpi_->comm, topo);
+    transport::Secret secret = shareSecret(self.mpi_->comm, topo.rank);
     RankRecord mine{};
-    char host[MPI_MAX_PROCESSOR_NAME] = {};
-    int hostLength = 0;
-    MPI_Get_processor_name(host, &hostLength);
-    copyText(mine.host, sizeof mine.host, host);
-    try {
-      transport::AsioOptions options;
-      options.rank = topo.rank;
-      options.size = topo.size;
-      options.bindAddress = transport::chooseListenAddress();
-      options.secret = secret;
-      options.limits = wire::FrameLimits::fromEnv();
-      options.connectTimeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
-      options.authTimeout = env::millis("CROWN_AUTH_TIMEOUT_MS", 5s);
-      options.heartbeatInterval =
-          env::millis("CROWN_HEARTBEAT_INTERVAL_MS", 1s, std::chrono::milliseconds(0));
-      options.heartbeatMisses = static_cast<int>(env::integer("CROWN_HEARTBEAT_MISSES", 5, 1, 1000));
-      options.listenLocal = env::get("CROWN_SAME_HOST_TRANSPORT").value_or("unix") != "tcp";
-      options.pool = pool;
-      fabric = transport::makeAsioTransport(options);
-      copyText(mine.address, sizeof mine.address, fabric->localEndpoint().host);
-      mine.port = fabric->localEndpoint().port;
-      copyText(mine.local, sizeof mine.local, fabric->localEndpoint().local);
-    } catch (const std::exception& e) {
-      copyText(mine.error, sizeof mine.error, e.what());
-    }
+    copyText(mine.host, sizeof mine.host, processorName());
+    fabric = listen(topo, secret, pool, mine);
     records.resize(topo.size);
-    CROWN_CHECK_MPI(
-        MPI_Allgather(&mine, sizeof mine, MPI_BYTE, records.data(), sizeof mine, MPI_BYTE, comm));
+    CROWN_CHECK_MPI(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, records.data(), sizeof mine,
+                                  MPI_BYTE, self.mpi_->comm));
   });
-
   std::string failures;
-  std::map<std::string, int> hostIndex;
-  std::vector<transport::Endpoint> peers;
-  for (Rank r = 0; r < topo.size; ++r) {
-    const RankRecord& record = records[r];
-    if (record.error[0] != '\0') {
-      failures += "\n  rank " + std::to_string(r) + " (" + record.host + "): " + record.error;
-    }
-    topo.hostNames.emplace_back(record.host);
-    auto [it, added] = hostIndex.emplace(record.host, static_cast<int>(hostIndex.size()));
-    topo.hostIndexOf.push_back(it->second);
-    peers.push_back({record.address, record.port, record.local});
-  }
-  // Unix sockets only reach ranks on this host (its network namespace).
-  for (Rank r = 0; r < topo.size; ++r) {
-    if (topo.hostNames[r] != topo.hostNames[topo.rank]) peers[r].local.clear();
-  }
-  topo.hostIndex = topo.hostIndexOf[topo.rank];
-  topo.hostCount = static_cast<int>(hostIndex.size());
+  std::vector<transport::Endpoint> peers = readRecords(records, topo, failures);
   if (!failures.empty()) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + failures);
   }
   self.endpoint_ = peers[topo.rank];
 
-  Proc::Options procOptions{topo.rank, topo.size,
-                            std::make_shared<const std::vector<std::string>>(topo.hostNames), pool,
+  // The modules of every rank's Proc, in the same order on every rank.
+  Proc::Options procOptions{topo.rank,
+                            topo.size,
+                            std::make_shared<const std::vector<std::string>>(topo.hostNames),
+                            pool,
                             /*stopsPool=*/true,
-                            mesh::installAgents};
+                            {detail::Lifecycle::factory(), mesh::meshModule()}};
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;
 
-  // Fabric check: the controller reaches every rank over TCP, so a peer that
-  // cannot be connected fails the bootstrap here rather than the first call.
-  std::string verdict;
-  if (topo.rank == 0) {
-    auto timeout = env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s);
-    std::vector<Future<Rank>> pings;
-    for (Rank r = 1; r < topo.size; ++r)
-      pings.push_back(self.proc_->request<Rank>({r, kAgentLocalId}, agent::Ping{}));
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (Rank r = 1; r < topo.size; ++r) {
-      try {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        pings[r - 1].get(std::max(left, std::chrono::milliseconds(1)));
-      } catch (const std::exception& e) {
-        verdict += "\n  rank " + std::to_string(r) + " (" + topo.hostNames[r] +
-                   ") is not reachable over TCP from rank 0: " + e.what();
-      }
-    }
-  }
-  self.onMpiThread([&] {
-    int length = static_cast<int>(verdict.size());
-    CROWN_CHECK_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, self.mpi_->comm));
-    verdict.resize(static_cast<std::size_t>(length));
-    CROWN_CHECK_MPI(MPI_Bcast(verdict.data(), length, MPI_CHAR, 0, self.mpi_->comm));
-  });
+  std::string verdict = topo.rank == 0 ? pingEveryRank(*self.proc_, topo) : "";
+  self.onMpiThread([&] { broadcastText(verdict, self.mpi_->comm); });
   if (!verdict.empty()) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + verdict);
@@ -227,11 +253,12 @@ void Runtime::finish(int code) {
 
   bool peerLost = false;
   if (proc_) {
-    proc_->requestShutdown(code);  // from here on, links closing are expected
-    peerLost = proc_->ranksLost();
+    auto& lifecycle = detail::Lifecycle::of(*proc_);
+    lifecycle.requestShutdown(code);  // from here on, links closing are expected
+    peerLost = lifecycle.ranksLost();
     // Every rank marks itself shutting down before any closes its links, so
     // no survivor takes a neighbour's orderly exit for a crash.
-    if (!peerLost) onMpiThread([this] { MPI_Barrier(mpi_->comm); });
+    if (!peerLost) shutdownStep("MPI_Barrier", [this] { CROWN_CHECK_MPI(MPI_Barrier(mpi_->comm)); });
     proc_->stop(env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s));
   }
   std::fflush(stdout);
@@ -241,10 +268,20 @@ void Runtime::finish(int code) {
     std::fflush(stderr);
     ::_exit(code);
   }
-  onMpiThread([this] {
-    if (mpi_->comm != MPI_COMM_NULL) MPI_Comm_free(&mpi_->comm);
-    if (mpi_->ownsMpi) MPI_Finalize();  // an adopted MPI is finalised by its owner
+  shutdownStep("MPI_Finalize", [this] {
+    if (mpi_->comm != MPI_COMM_NULL) CROWN_CHECK_MPI(MPI_Comm_free(&mpi_->comm));
+    if (mpi_->ownsMpi) CROWN_CHECK_MPI(MPI_Finalize());  // an adopted MPI is finalised by its owner
   });
+}
+
+// Shutdown goes on past a failed MPI step: the process is leaving anyway,
+// and its exit code is already decided.
+void Runtime::shutdownStep(const char* what, std::function<void()> step) {
+  try {
+    onMpiThread(std::move(step));
+  } catch (const std::exception& e) {
+    log::get().error("shutdown: {} failed: {}", what, e.what());
+  }
 }
 
 }  // namespace crown

@@ -1,5 +1,7 @@
 #include "mesh/aggregation.h"
 
+#include <set>
+
 #include "crown/actor/failure.h"
 #include "crown/common/log.h"
 
@@ -33,11 +35,18 @@ void Aggregation::member(CastEntry entry) {
   finishPart();
 }
 
-void Aggregation::child(CastResult&& subtree) {
+void Aggregation::child(CastResult&& subtree, const CastTree& tree, std::size_t hop) {
   {
     std::lock_guard lock(mutex_);
     if (mode_ == CastMode::kReduce && subtree.hasValue) {
-      fold(subtree.valueType, subtree.value, 0);
+      // A partial value that cannot be folded fails each member whose reply
+      // it holds: the subtree's members that have no entry of their own.
+      if (auto error = fold(subtree.valueType, subtree.value)) {
+        std::set<std::uint64_t> failed;
+        for (const auto& entry : subtree.entries) failed.insert(entry.rank);
+        for (std::size_t rank : tree.subtree(hop))
+          if (!failed.count(rank)) result_.entries.push_back(failureEntry(rank, error));
+      }
     }
     for (auto& entry : subtree.entries) add(std::move(entry));
   }
@@ -66,8 +75,9 @@ void Aggregation::add(CastEntry&& entry) {
       return;
     case CastMode::kReduce:
       if (entry.ok) {
-        fold(entry.type, entry.payload, entry.rank);
-        return;
+        auto error = fold(entry.type, entry.payload);
+        if (!error) return;
+        entry = failureEntry(entry.rank, error);
       }
       break;
     default:
@@ -76,9 +86,7 @@ void Aggregation::add(CastEntry&& entry) {
   result_.entries.push_back(std::move(entry));
 }
 
-// A value that cannot be folded becomes a failure of its member (rank 0 for
-// a subtree's partial value, whose members each answered).
-void Aggregation::fold(const std::string& type, const wire::Bytes& value, std::uint64_t rank) {
+std::exception_ptr Aggregation::fold(const std::string& type, const wire::Bytes& value) {
   try {
     if (!reducer_) throw Error("no reducer " + reducerKey_ + " in this program");
     if (type != reducer_->valueType) {
@@ -91,8 +99,9 @@ void Aggregation::fold(const std::string& type, const wire::Bytes& value, std::u
     } else {
       result_.value = reducer_->combine(result_.value, value);
     }
+    return nullptr;
   } catch (...) {
-    result_.entries.push_back(failureEntry(rank, std::current_exception()));
+    return std::current_exception();
   }
 }
 

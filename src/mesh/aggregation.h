@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "crown/mesh/cast.h"
+#include "crown/mesh/cast_tree.h"
 #include "crown/mesh/reducer.h"
 
 namespace crown::mesh::detail {
@@ -26,8 +27,9 @@ class Aggregation {
 
   /// One member's outcome (one part): the local actor's, or a known-lost member's.
   void member(CastEntry entry);
-  /// A child hop's subtree result (one part).
-  void child(CastResult&& subtree);
+  /// Child hop `hop`'s subtree result (one part); `tree` names the members
+  /// of a partial value that cannot be folded.
+  void child(CastResult&& subtree, const CastTree& tree, std::size_t hop);
   /// A child hop was lost: every member below it fails with `error` (one part).
   void childLost(const std::vector<std::size_t>& subtree, const std::exception_ptr& error);
   /// Stream mode: an entry relayed from below; not a part.
@@ -35,7 +37,8 @@ class Aggregation {
 
  private:
   void add(CastEntry&& entry);  // with mutex_ held
-  void fold(const std::string& type, const wire::Bytes& value, std::uint64_t rank);
+  /// Folds `value` into the result; the error when it cannot be.
+  std::exception_ptr fold(const std::string& type, const wire::Bytes& value);
   void finishPart();
 
   CastMode mode_;

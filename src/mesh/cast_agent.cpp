@@ -1,8 +1,5 @@
-// The cast agent (design.md, "Casting"): the raw agent at kCastAgentLocalId
-// of every proc, real or simulated (SIM-1: the same code for both). It
-// forwards a cast to its children before handing it to its own actor, so a
-// slow actor never delays the rest of the tree, and answers its parent when
-// its subtree is complete (DLV-1 via Aggregation).
+#include "mesh/cast_agent.h"
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,18 +7,13 @@
 #include <unordered_map>
 
 #include "crown/actor/failure.h"
-#include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/mesh/cast.h"
 #include "crown/mesh/cast_tree.h"
 #include "mesh/aggregation.h"
 #include "mesh/cast_message.h"
 
-namespace crown::mesh {
-
-void hostMeshAgent(Proc& proc);  // mesh_agent.cpp
-
-namespace detail {
+namespace crown::mesh::detail {
 
 std::vector<SeqRun> encodeRuns(const std::vector<std::uint64_t>& seqs) {
   std::vector<SeqRun> runs;
@@ -43,14 +35,9 @@ std::uint64_t seqAt(const std::vector<SeqRun>& runs, std::uint64_t index) {
   throw ProtocolError("a cast carries no order position for one of its members");
 }
 
-}  // namespace detail
-
 namespace {
 
 using crown::detail::Outcome;
-using detail::Aggregation;
-using detail::CastMessage;
-using detail::CastPartial;
 using wire::Envelope;
 using wire::MessageKind;
 
@@ -58,12 +45,11 @@ const std::string kCastMessageType = wire::messageName<CastMessage>();
 const std::string kCastPartialType = wire::messageName<CastPartial>();
 const std::string kCastResultType = wire::messageName<CastResult>();
 
-class CastAgent {
- public:
-  explicit CastAgent(Proc& proc) : proc_(proc) {}
+}  // namespace
 
-  // A pool thread (the one that read the message), or a sender's thread for
-  // a cast to its own rank. Never throws: errors go back as values.
+struct CastAgent::Impl {
+  Impl(Proc& proc, std::uint64_t agentId) : proc_(proc), agentId_(agentId) {}
+
   void onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
     try {
       if (envelope.type == kCastMessageType) return onCast(envelope, std::move(bytes));
@@ -117,7 +103,6 @@ class CastAgent {
     forward(targets, tree, bytes, aggregation);
   }
 
- private:
   using StreamKey = std::pair<Rank, std::uint64_t>;  // origin rank, cast id
   using Streams = std::map<StreamKey, std::weak_ptr<Aggregation>>;
 
@@ -145,9 +130,7 @@ class CastAgent {
     return targets;
   }
 
-  static ActorId agentOn(std::size_t rank) {
-    return ActorId{static_cast<Rank>(rank), kCastAgentLocalId};
-  }
+  ActorId agentOn(std::size_t rank) const { return ActorId{static_cast<Rank>(rank), agentId_}; }
 
   void onCast(const Envelope& envelope, wire::Bytes&& bytes) {
     auto message = wire::fromBytes<CastMessage>(bytes);
@@ -211,7 +194,7 @@ class CastAgent {
                          if (!outcome.error) {
                            try {
                              return aggregation->child(
-                                 wire::fromBytes<CastResult>(outcome.payload));
+                                 wire::fromBytes<CastResult>(outcome.payload), *tree, child);
                            } catch (...) {
                              outcome.error = std::current_exception();
                            }
@@ -264,49 +247,25 @@ class CastAgent {
   }
 
   Proc& proc_;
+  std::uint64_t agentId_;
   std::atomic<std::uint64_t> nextCastId_{1};
   std::mutex streamsMutex_;
   Streams rootStreams_;    // casts sent from here
   Streams memberStreams_;  // casts this rank is a member of
 };
 
-// Which agent serves which proc, for casts that start there. The proc's raw
-// handler owns the agent; this only finds it.
-std::mutex g_agentsMutex;
-std::unordered_map<const Proc*, std::weak_ptr<CastAgent>> g_agents;
+CastAgent::CastAgent(Proc& proc, std::uint64_t agentId)
+    : impl_(std::make_unique<Impl>(proc, agentId)) {}
 
-std::shared_ptr<CastAgent> agentOf(Proc& proc) {
-  std::lock_guard lock(g_agentsMutex);
-  auto it = g_agents.find(&proc);
-  auto agent = it == g_agents.end() ? nullptr : it->second.lock();
-  if (!agent) {
-    throw Error("this proc has no cast agent: create it with Options::installAgents = "
-                "crown::mesh::installAgents");
-  }
-  return agent;
+CastAgent::~CastAgent() = default;
+
+void CastAgent::onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
+  impl_->onMessage(std::move(envelope), std::move(bytes));
 }
 
-}  // namespace
-
-void installAgents(Proc& proc) {
-  auto agent = std::make_shared<CastAgent>(proc);
-  {
-    std::lock_guard lock(g_agentsMutex);
-    g_agents[&proc] = agent;
-  }
-  proc.setRawAgent(kCastAgentLocalId, [agent](Envelope&& envelope, wire::Bytes&& bytes) {
-    agent->onMessage(std::move(envelope), std::move(bytes));
-  });
-  hostMeshAgent(proc);
+void CastAgent::castFrom(CastRequest request, std::function<void(CastResult&&)> done,
+                         std::function<void(CastEntry&&)> onEntry) {
+  impl_->castFrom(std::move(request), std::move(done), std::move(onEntry));
 }
 
-std::size_t castFanout() {
-  return static_cast<std::size_t>(env::integer("CROWN_CAST_FANOUT", 16, 1, 1 << 20));
-}
-
-void cast(Proc& proc, CastRequest request, std::function<void(CastResult&&)> done,
-          std::function<void(CastEntry&&)> onEntry) {
-  agentOf(proc)->castFrom(std::move(request), std::move(done), std::move(onEntry));
-}
-
-}  // namespace crown::mesh
+}  // namespace crown::mesh::detail

@@ -1,35 +1,27 @@
-// The mesh agent (kMeshAgentLocalId on every proc): spawns this proc's
-// member of an actor mesh when the spawn's cast reaches it, under the id the
-// spawner chose for the whole mesh, and remembers each mesh actor's point.
-#include <map>
-#include <mutex>
-
+// The mesh agent (an actor at a system id of the mesh module, the same on
+// every proc): spawns this proc's member of an actor mesh when the spawn's
+// cast reaches it, under the id the spawner chose for the whole mesh, and
+// stops it when the mesh is stopped. The module remembers each mesh actor's
+// point for mesh::here() until the actor stops.
 #include "crown/actor/actor.h"
 #include "crown/actor/spawn.h"
-#include "crown/mesh/cast.h"
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
+#include "mesh/mesh_module.h"
 
 namespace crown::mesh {
+namespace detail {
 namespace {
 
-struct IdLess {
-  bool operator()(const ActorId& a, const ActorId& b) const {
-    return std::tie(a.rank, a.local) < std::tie(b.rank, b.local);
-  }
-};
-
-std::mutex g_pointsMutex;
-std::map<ActorId, Point, IdLess> g_points;  // every mesh actor hosted in this process
 thread_local const Point* t_constructing = nullptr;
 
 class MeshAgent : public Actor {
  public:
-  explicit MeshAgent(Proc& proc) {
-    handle<detail::SpawnMeshActor>([&proc](const detail::SpawnMeshActor& spawn) {
-      Point point{spawn.shape, proc.rank()};
+  MeshAgent(Proc& proc, MeshModule& module) {
+    handle<SpawnMeshActor>([&proc, &module](const SpawnMeshActor& spawn) {
+      auto point = std::make_shared<const Point>(Point{spawn.shape, proc.rank()});
       std::unique_ptr<Actor> actor;
-      const Point* outer = std::exchange(t_constructing, &point);  // here() in the constructor
+      const Point* outer = std::exchange(t_constructing, point.get());  // here() in the constructor
       try {
         actor = crown::detail::constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
       } catch (...) {
@@ -37,26 +29,28 @@ class MeshAgent : public Actor {
         throw;
       }
       t_constructing = outer;
-      ActorId id = proc.spawnLocalAt(spawn.local, std::move(actor), spawn.name);
-      std::lock_guard lock(g_pointsMutex);
-      g_points[id] = std::move(point);
+      proc.spawnLocalAt(spawn.local, std::move(actor), spawn.name);
+      // No message reaches the new actor before the spawn's cast completes
+      // (only then does anyone know its id), so this is in time for here().
+      module.remember(spawn.local, std::move(point));
     });
+    handle<StopMeshActor>([&proc](const StopMeshActor& stop) { proc.stopLocal(stop.local); });
   }
 };
 
 }  // namespace
 
-void hostMeshAgent(Proc& proc) {
-  proc.spawnLocalAt(kMeshAgentLocalId, std::make_unique<MeshAgent>(proc), "mesh-agent");
+void hostMeshAgent(Proc& proc, std::uint64_t local, MeshModule& module) {
+  proc.spawnLocalAt(local, std::make_unique<MeshAgent>(proc, module), "mesh-agent");
 }
 
+}  // namespace detail
+
 Point here() {
-  if (t_constructing) return *t_constructing;
-  const Actor* actor = Actor::current();
-  if (actor) {
-    std::lock_guard lock(g_pointsMutex);
-    auto it = g_points.find(actor->id());
-    if (it != g_points.end()) return it->second;
+  if (detail::t_constructing) return *detail::t_constructing;
+  if (const Actor* actor = Actor::current()) {
+    if (auto point = detail::MeshModule::of(Proc::current()).pointOf(actor->id().local))
+      return *point;
   }
   throw Error("crown::mesh::here() is for actors spawned as part of a mesh (ProcMesh::spawn), "
               "from their handlers or constructors");

@@ -1,29 +1,46 @@
 #include "crown/mesh/proc_mesh.h"
 
-#include <atomic>
+#include "mesh/mesh_module.h"
 
 namespace crown {
 namespace mesh::detail {
 
-std::uint64_t newMeshLocal(Proc& proc) {
-  static std::atomic<std::uint32_t> next{1};
-  return kMeshLocalBit | (std::uint64_t{proc.rank()} << 32) | next.fetch_add(1);
+std::uint64_t newMeshLocal(Proc& proc) { return MeshModule::of(proc).newMeshLocal(); }
+
+namespace {
+// The mesh agents of `shape`'s procs, addressed as a mesh of their own.
+ActorMesh<Actor> meshAgents(const Shape& shape) {
+  return ActorMesh<Actor>(shape, MeshModule::of(Proc::current()).meshAgentId());
 }
+}  // namespace
 
 void spawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
-  // The mesh agents, one on every proc, addressed as a mesh of their own.
-  auto agents = ActorMesh<Actor>(shape, kMeshAgentLocalId);
-  auto failures = agents.call<void>(spawn).get().failures();
+  auto failures = meshAgents(shape).call<void>(spawn).get().failures();
   if (!failures.empty()) {
     throw MeshError("spawn of '" + spawn.name + "' on " + shape.toString(), shape.size(),
                     std::move(failures));
   }
 }
 
+void stopMesh(const Shape& shape, std::uint64_t local) {
+  auto stopped = meshAgents(shape).call<void>(StopMeshActor{local}).get();
+  Proc::current().forgetDestination(local);
+  std::vector<MeshError::Failure> failures;
+  for (auto& failure : stopped.failures()) {
+    try {
+      std::rethrow_exception(failure.error);
+    } catch (const ProcessLost&) {
+      // a lost member is stopped already
+    } catch (...) {
+      failures.push_back(std::move(failure));
+    }
+  }
+  if (!failures.empty()) throw MeshError("stop of " + shape.toString(), shape.size(), failures);
+}
+
 std::size_t chooseMember(Proc& proc, const Shape& shape) {
-  static std::atomic<std::size_t> next{0};
   std::size_t n = shape.size();
-  std::size_t start = next.fetch_add(1);
+  std::size_t start = MeshModule::of(proc).nextChoice();
   for (std::size_t i = 0; i < n; ++i) {
     std::size_t rank = shape.slice().rankAt((start + i) % n);
     if (proc.alive(static_cast<Rank>(rank))) return rank;

@@ -26,5 +26,12 @@ if hits=$(grep -rEn '#include [<"](boost/asio|mpi\.h|cuda|nccl)' "$root/include"
   echo "$hits"
   status=1
 fi
+# Per-Proc state belongs to the Proc and its modules (actor/module.h), never
+# to a process-wide map keyed by Proc.
+if hits=$(grep -rEn 'map<[[:space:]]*(const[[:space:]]+)?(crown::)?Proc[[:space:]]*\*' "$root/src" "$root/include"); then
+  echo "a process-wide map keyed by Proc (keep per-Proc state in a Proc::Module):"
+  echo "$hits"
+  status=1
+fi
 [[ $status -eq 0 ]] && echo "layers: ok (${order[*]})"
 exit $status

@@ -1,5 +1,6 @@
 // Messages of the proc agent (local id 1 on every rank): the controller's
-// handle on a process. SpawnActor lives in spawn.h.
+// handle on a process. SpawnActor lives in spawn.h; Shutdown is bootstrap's
+// (its lifecycle module).
 #pragma once
 
 #include <cstdint>
@@ -20,18 +21,6 @@ struct StopActor {
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
     archive& local;
-  }
-};
-
-/// The controller is done: the process leaves its serve loop and exits with
-/// `code`. `ranksLost`: some rank died, so MPI_Finalize (which waits for every
-/// rank) must be skipped.
-struct Shutdown {
-  int code = 0;
-  bool ranksLost = false;
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& code& ranksLost;
   }
 };
 

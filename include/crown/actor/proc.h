@@ -1,11 +1,15 @@
-// Proc: the per-process runtime. It hosts this rank's actors (mailboxes
-// drained on the IoPool that also runs the links, so a request is handled on
-// the thread that read it), routes messages (in-process when the
-// destination is local, else over the Transport), and tracks the requests
-// waiting for replies. Thread-safe: any thread may send or request.
+// Proc: the actor kernel of one process (or of one simulated proc, SIM-1).
+// Its parts, each in its own file of src/actor:
+//   mailbox.cpp        hosted actors, their mailboxes and drains (ORD-1 reordering)
+//   request_table.cpp  requests waiting for replies (DLV-1)
+//   router.cpp         where a message goes: a local mailbox, a raw agent, the transport
+// and the modules hosted on it (module.h): every layer above the kernel
+// (mesh, bootstrap's lifecycle, ...) plugs in as a Proc::Module with its own
+// system ids and its own per-Proc state. Thread-safe: any thread may send
+// or request.
 //
 // Every Proc also hosts the proc agent (local id 1), which spawns actors by
-// registered type, stops them, and takes the controller's Shutdown.
+// registered type and stops them.
 #pragma once
 
 #include <cstdint>
@@ -49,15 +53,16 @@ void completeFuture(FutureState<R>& state, Outcome&& outcome) {
 }  // namespace detail
 
 constexpr std::uint64_t kAgentLocalId = 1;
-/// Local ids below this are the system agents' (the proc agent, the mesh
-/// layer's agents); actors spawned one by one get ids from here up.
+/// Local ids below this are the system agents' (the proc agent, and those
+/// the modules claim through SystemIds); actors spawned one by one get ids
+/// from here up.
 constexpr std::uint64_t kFirstActorLocalId = 16;
-/// Set in the local id of a mesh actor: one id, chosen by whoever spawned
-/// the mesh, on every rank of it, so a cast names its destination once.
-constexpr std::uint64_t kMeshLocalBit = std::uint64_t{1} << 63;
 
 class Proc {
  public:
+  class Module;  // module.h
+  using ModuleFactory = std::function<std::unique_ptr<Module>()>;
+
   struct Options {
     Rank rank = 0;
     Rank size = 1;
@@ -70,9 +75,9 @@ class Proc {
     /// simulated procs of SIM-1): then whoever made the pool stops it, after
     /// every Proc's stop() and before any Proc is destroyed.
     bool stopsPool = true;
-    /// Hosts the system agents (the mesh layer's, say) before the transport
-    /// starts, so that no message can arrive ahead of them.
-    std::function<void(Proc&)> installAgents;
+    /// The modules this Proc hosts, installed in this order before the
+    /// transport starts (the same list on every rank: module.h).
+    std::vector<ModuleFactory> modules;
   };
 
   /// A system agent that takes its messages, envelope and all, on the
@@ -97,6 +102,15 @@ class Proc {
   const std::string& host(Rank rank) const;
   bool alive(Rank rank) const;
 
+  /// The installed module of type M, or nullptr.
+  template <class M>
+  M* findModule() const {
+    for (Module* module : modules())
+      if (auto* found = dynamic_cast<M*>(module)) return found;
+    return nullptr;
+  }
+  const std::vector<Module*>& modules() const;
+
   /// Sends `message` to `dest` and returns the future of its reply.
   template <class R, class Msg>
   Future<R> request(const ActorId& dest, const Msg& message) {
@@ -120,24 +134,18 @@ class Proc {
   /// Hosts `actor` under a chosen local id (a mesh actor's). Throws
   /// ConfigError when the id is taken.
   ActorId spawnLocalAt(std::uint64_t local, std::unique_ptr<Actor> actor, std::string name);
-  /// Only from Options::installAgents: messages to `local` go to `handler`.
+  /// Only from Module::install: messages to `local` go to `handler`.
   void setRawAgent(std::uint64_t local, RawHandler handler);
-  /// Stops a local actor after the message it is handling; later messages fail with ActorStopped.
+  /// Stops a local actor after the message it is handling; later messages
+  /// fail with ActorStopped. Its order state goes with it, and the modules
+  /// hear of it (Module::actorStopped).
   void stopLocal(std::uint64_t local);
+  /// Forgets the ORD-1 counters of messages sent from here to actor `local`
+  /// of any rank: for a mesh that was stopped, whose id is never reused.
+  void forgetDestination(std::uint64_t local);
 
-  /// Called (on a pool thread) when a peer is lost, after its requests have failed.
-  void setPeerLostHandler(std::function<void(Rank, const std::string&)> handler);
-
-  /// Marks this process as shutting down with `code` (the first call wins)
-  /// and wakes waitForShutdown(). Links lost after this are expected.
-  /// `ranksLost`: the controller saw a rank die that this process may not have.
-  void requestShutdown(int code, bool ranksLost = false);
-  /// True when a rank was lost before shutdown began, here or (as the
-  /// controller said) elsewhere.
-  bool ranksLost() const;
-  /// Blocks until requestShutdown; returns its code.
-  int waitForShutdown();
-  /// Lets running handlers finish, then flushes and closes the transport.
+  /// Stops the modules, lets running handlers finish, then flushes and
+  /// closes the transport; requests still waiting fail.
   void stop(std::chrono::milliseconds flushTimeout);
 
   /// Hands a message to a local actor as if envelope.sender had sent it,
@@ -151,7 +159,8 @@ class Proc {
   /// Who sends from this thread now: the running actor, else {rank, 0}.
   ActorId currentSender() const;
   /// ORD-1 positions of the next messages from sender to actor destLocal of
-  /// each rank; a cast reserves them and carries them to its members.
+  /// each rank; a cast reserves them and carries them to its members (for
+  /// many ranks at once the counters are kept as one vector by rank).
   std::vector<std::uint64_t> reserveSeqs(const ActorId& sender, std::uint64_t destLocal,
                                          const std::vector<std::size_t>& ranks);
 

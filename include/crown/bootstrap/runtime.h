@@ -55,6 +55,7 @@ class Runtime {
 
  private:
   Runtime();
+  void shutdownStep(const char* what, std::function<void()> step);
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   Topology topology_;

@@ -28,6 +28,9 @@ namespace crown {
 namespace mesh::detail {
 /// A member for choose(): round robin over the members still alive.
 std::size_t chooseMember(Proc& proc, const Shape& shape);
+/// Stops mesh actor `local` on every proc of `shape` and waits; a lost
+/// member counts as stopped. Throws MeshError naming any other failure.
+void stopMesh(const Shape& shape, std::uint64_t local);
 }  // namespace mesh::detail
 
 template <class A>
@@ -114,6 +117,11 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
     return Future<R>(state);
   }
 
+  /// Stops every actor of this mesh (or slice) once its current message is
+  /// handled; later messages to them fail with ActorStopped, and each proc
+  /// forgets their state. Blocks until every live member has stopped.
+  void stop() const { mesh::detail::stopMesh(shape_, local_); }
+
   friend bool operator==(const ActorMesh&, const ActorMesh&) = default;
 
   template <class Archive>
@@ -126,14 +134,15 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
   void castAs(const Msg& message, mesh::CastMode mode, std::string reducer,
               std::function<void(mesh::CastResult&&)> done,
               std::function<void(mesh::CastEntry&&)> onEntry = {}) const {
+    Proc& proc = Proc::current();
     mesh::CastRequest request{shape_.slice(),
-                              mesh::castFanout(),
+                              mesh::castFanout(proc),
                               local_,
                               wire::messageName<Msg>(),
                               wire::toBytes(message),
                               mode,
                               std::move(reducer)};
-    mesh::cast(Proc::current(), std::move(request), std::move(done), std::move(onEntry));
+    mesh::cast(proc, std::move(request), std::move(done), std::move(onEntry));
   }
 
   mesh::Shape shape_;

@@ -3,7 +3,7 @@
 // on the way back. This is the untyped layer under ActorMesh; ProcMesh uses
 // it to spawn. Any thread may cast; the outcome arrives on a pool thread.
 //
-// Every proc runs a cast agent (installAgents). The sender sends the cast to
+// Every proc runs a cast agent (the mesh module, module.h). The sender sends the cast to
 // at most k members; each member's agent forwards the same bytes to its
 // children (computed from the slice, its position and k alone), hands the
 // message to its local actor, and answers its parent once its own actor and
@@ -24,16 +24,9 @@
 
 namespace crown::mesh {
 
-/// The system agents' local ids on every proc.
-constexpr std::uint64_t kCastAgentLocalId = 2;
-constexpr std::uint64_t kMeshAgentLocalId = 3;
-
-/// Hosts the cast agent and the mesh agent on `proc`: pass it as
-/// Proc::Options::installAgents for every proc, real or simulated (SIM-1).
-void installAgents(Proc& proc);
-
-/// CROWN_CAST_FANOUT (default 16): the k of the cast trees.
-std::size_t castFanout();
+/// CROWN_CAST_FANOUT (default 16): the k of the cast trees from `proc`,
+/// read once, when its mesh module was installed.
+std::size_t castFanout(Proc& proc = Proc::current());
 
 enum class CastMode : std::uint8_t {
   kBroadcast = 0,  ///< no replies

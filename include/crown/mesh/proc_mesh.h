@@ -27,7 +27,17 @@ struct SpawnMeshActor {
   }
 };
 
-/// A local id no other mesh in the job has: kMeshLocalBit, this rank, a count.
+/// What the mesh agent of each member receives to stop it.
+struct StopMeshActor {
+  std::uint64_t local = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& local;
+  }
+};
+
+/// A local id no other mesh in the job has (module.h: kMeshLocalBit, this
+/// rank, a count).
 std::uint64_t newMeshLocal(Proc& proc);
 /// Casts the spawn and waits for every member; throws MeshError naming each
 /// rank whose constructor failed (or whose process was lost) and why.
@@ -69,3 +79,4 @@ class ProcMesh : public mesh::Sliceable<ProcMesh> {
 }  // namespace crown
 
 CROWN_MESSAGE(crown::mesh::detail::SpawnMeshActor, "crown::SpawnMeshActor");
+CROWN_MESSAGE(crown::mesh::detail::StopMeshActor, "crown::StopMeshActor");

@@ -1,0 +1,254 @@
+#include "actor/mailbox.h"
+
+#include <deque>
+#include <optional>
+#include <thread>
+
+#include "actor/reorder_buffer.h"
+#include "crown/common/env.h"
+#include "crown/common/log.h"
+#include "crown/transport/io_pool.h"
+
+namespace crown {
+
+namespace detail {
+struct ActorAccess {
+  static void bind(Actor& actor, ActorId id, std::string name) {
+    actor.id_ = id;
+    actor.name_ = std::move(name);
+  }
+  static const Handler* find(Actor& actor, const std::string& type) {
+    auto it = actor.handlers_.find(type);
+    return it == actor.handlers_.end() ? nullptr : &it->second;
+  }
+};
+}  // namespace detail
+
+namespace {
+constexpr int kDrainBatch = 64;  // messages per turn before an actor yields its thread
+
+thread_local Proc* t_currentProc = nullptr;  // the Proc running a handler on this thread
+thread_local Actor* t_currentActor = nullptr;
+}  // namespace
+
+const Actor* Actor::current() { return t_currentActor; }
+
+namespace detail {
+
+using wire::Envelope;
+using wire::MessageKind;
+
+Actor* runningActor() { return t_currentActor; }
+Proc* runningProc() { return t_currentProc; }
+
+// One hosted actor and its mailbox. `scheduled` is true while a drain task
+// for it is queued or running, so at most one thread runs it; `order` puts
+// numbered messages into the mailbox in send order (ORD-1).
+struct Mailboxes::Cell {
+  std::unique_ptr<Actor> actor;
+  std::mutex mutex;
+  std::deque<Delivery> mailbox;
+  ReorderBuffer<Delivery> order;
+  bool scheduled = false;
+
+  // With `mutex` held: true when the caller must schedule the drain of what
+  // the mailbox holds (none is queued or running).
+  bool claimDrain() { return !mailbox.empty() && !std::exchange(scheduled, true); }
+};
+
+Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<transport::IoPool> pool, ReplyFn reply)
+    : proc_(proc),
+      pool_(std::move(pool)),
+      reply_(std::move(reply)),
+      gapTimeout_(env::integer("CROWN_ORDER_GAP_TIMEOUT_MS", 10000, 1, 3600000)) {}
+
+Mailboxes::~Mailboxes() = default;
+
+// Never onThisThread from a handler, which may block after sending and so
+// hold up the drain it deferred.
+void Mailboxes::scheduleDrain(const std::shared_ptr<Cell>& cell, bool onThisThread) {
+  ++activeDrains_;
+  auto task = [this, cell] { drain(cell); };
+  if (onThisThread) {
+    pool_->defer(std::move(task));
+  } else {
+    pool_->post(std::move(task));
+  }
+}
+
+ActorId Mailboxes::host(std::unique_ptr<Actor> actor, std::uint64_t local, std::string name) {
+  CROWN_CHECK(actor != nullptr, "spawnLocal of a null actor");
+  ActorId id{proc_.rank(), local};
+  ActorAccess::bind(*actor, id, std::move(name));
+  auto cell = std::make_shared<Cell>();
+  cell->actor = std::move(actor);
+  std::lock_guard lock(mutex_);
+  if (!cells_.emplace(local, std::move(cell)).second) {
+    throw ConfigError("actor id " + wire::toString(id) + " is taken on rank " +
+                      std::to_string(proc_.rank()));
+  }
+  return id;
+}
+
+bool Mailboxes::remove(std::uint64_t local) {
+  std::lock_guard lock(mutex_);
+  return cells_.erase(local) > 0;
+}
+
+std::shared_ptr<Mailboxes::Cell> Mailboxes::find(std::uint64_t local) {
+  std::lock_guard lock(mutex_);
+  auto it = cells_.find(local);
+  return it == cells_.end() ? nullptr : it->second;
+}
+
+void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
+  std::shared_ptr<Cell> cell = find(delivery.envelope.dest.local);
+  if (!cell) {
+    std::string why =
+        "no actor " + wire::toString(delivery.envelope.dest) + " (never spawned, or stopped)";
+    refuse(delivery, RemoteFailure{RemoteFailure::kActorStopped, "", why, "", "", proc_.rank()});
+    return;
+  }
+  bool schedule = false;
+  std::optional<Delivery> late;
+  {
+    std::lock_guard lock(cell->mutex);
+    if (delivery.envelope.seq == 0) {
+      cell->mailbox.push_back(std::move(delivery));
+    } else {
+      ActorId sender = delivery.envelope.sender;
+      std::uint64_t seq = delivery.envelope.seq;
+      switch (cell->order.accept(sender, seq, delivery, cell->mailbox)) {
+        case ReorderBuffer<Delivery>::Verdict::kHeldFirst:
+          armGapTimer(cell, sender, cell->order.expected(sender));
+          break;
+        case ReorderBuffer<Delivery>::Verdict::kLate:
+          late.emplace(std::move(delivery));
+          break;
+        default:
+          break;
+      }
+    }
+    schedule = cell->claimDrain();
+  }
+  if (schedule) scheduleDrain(cell, onThisThread);
+  if (late) {
+    refuse(*late, RemoteFailure{RemoteFailure::kOther, "",
+                                "message " + std::to_string(late->envelope.seq) + " from " +
+                                    wire::toString(late->envelope.sender) +
+                                    " arrived after the order gap timeout had passed it over",
+                                "", "", proc_.rank()});
+  }
+}
+
+void Mailboxes::refuse(Delivery& delivery, const RemoteFailure& failure) {
+  const Envelope& envelope = delivery.envelope;
+  if (envelope.kind != MessageKind::kRequest) {
+    log::get().warn("dropped a {} message: {}", envelope.type, failure.message);
+  } else if (delivery.complete) {
+    delivery.complete(Outcome{toException(failure), {}, {}});
+  } else {
+    reply_(envelope, MessageKind::kFailure, "crown::RemoteFailure", wire::toBytes(failure));
+  }
+}
+
+// Nothing waits forever behind a gap (ORD-1 with DLV-1): if sender is still
+// stuck at `stuckAt` when the timer fires, the gap is skipped.
+void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
+                            std::uint64_t stuckAt) {
+  std::weak_ptr<Cell> weak = cell;
+  pool_->after(gapTimeout_, [this, weak, sender, stuckAt] {
+    auto cell = weak.lock();
+    if (!cell) return;
+    bool schedule = false;
+    {
+      std::lock_guard lock(cell->mutex);
+      std::size_t before = cell->mailbox.size();
+      if (cell->order.giveUp(sender, stuckAt, cell->mailbox)) {
+        armGapTimer(cell, sender, cell->order.expected(sender));
+      }
+      if (cell->mailbox.size() > before && cell->order.expected(sender) != stuckAt) {
+        log::get().warn(
+            "messages from {} to {} before number {} never arrived within {} ms "
+            "(a cast hop lost?); delivering the later ones",
+            wire::toString(sender), cell->actor->name(), stuckAt, gapTimeout_.count());
+      }
+      schedule = cell->claimDrain();
+    }
+    if (schedule) scheduleDrain(cell, false);
+  });
+}
+
+void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
+  for (int i = 0; i < kDrainBatch; ++i) {
+    Delivery delivery;
+    {
+      std::lock_guard lock(cell->mutex);
+      if (cell->mailbox.empty() || stopping_) {
+        cell->scheduled = false;
+        --activeDrains_;
+        return;
+      }
+      delivery = std::move(cell->mailbox.front());
+      cell->mailbox.pop_front();
+    }
+    run(*cell->actor, delivery);
+  }
+  // Yield the thread to other actors; the drain stays counted in activeDrains_.
+  pool_->post([this, cell] { drain(cell); });
+}
+
+void Mailboxes::run(Actor& actor, Delivery& delivery) {
+  const Envelope& envelope = delivery.envelope;
+  Actor* outer = std::exchange(t_currentActor, &actor);
+  Proc* outerProc = std::exchange(t_currentProc, &proc_);
+  std::optional<HandlerResult> result;
+  RemoteFailure failure{RemoteFailure::kRaised, "", "", actor.name(), "", proc_.rank()};
+  try {
+    const Handler* handler = ActorAccess::find(actor, envelope.type);
+    if (!handler) {
+      throw Error("actor '" + actor.name() + "' (" + wire::demangle(typeid(actor).name()) +
+                  ") has no handler for message type " + envelope.type);
+    }
+    result = (*handler)(delivery.payload);
+  } catch (const std::exception& e) {
+    failure.type = wire::demangle(typeid(e).name());
+    failure.message = e.what();
+  } catch (...) {
+    failure.type = "unknown exception";
+    failure.message = "a handler threw something that is not a std::exception";
+  }
+  t_currentActor = outer;
+  t_currentProc = outerProc;
+  if (delivery.complete) {
+    if (result) {
+      delivery.complete(Outcome{nullptr, std::move(result->type), std::move(result->payload)});
+    } else {
+      delivery.complete(Outcome{toException(failure), {}, {}});
+    }
+    return;
+  }
+  if (envelope.kind != MessageKind::kRequest) {
+    if (!result) {
+      log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(),
+                       envelope.type, failure.type, failure.message);
+    }
+    return;
+  }
+  if (result) {
+    reply_(envelope, MessageKind::kReply, std::move(result->type), std::move(result->payload));
+  } else {
+    reply_(envelope, MessageKind::kFailure, "crown::RemoteFailure", wire::toBytes(failure));
+  }
+}
+
+void Mailboxes::quiesce(std::chrono::steady_clock::time_point deadline) {
+  stopping_ = true;
+  int ownDrain = pool_->inPool() && t_currentActor != nullptr ? 1 : 0;  // from a handler
+  while (activeDrains_ > ownDrain && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace detail
+}  // namespace crown

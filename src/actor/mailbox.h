@@ -1,0 +1,77 @@
+// Mailboxes: the actors hosted by one Proc, each with its mailbox, drained
+// on the IoPool one message at a time (at most one thread runs an actor).
+// Numbered messages enter a mailbox in send order (ORD-1, through each
+// actor's ReorderBuffer); a gap that never fills is given up after
+// CROWN_ORDER_GAP_TIMEOUT_MS so nothing waits behind it (DLV-1).
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "crown/actor/failure.h"
+#include "crown/actor/proc.h"
+
+namespace crown::detail {
+
+struct Delivery {
+  wire::Envelope envelope;
+  wire::Bytes payload;
+  Completion complete;  // set: a request's outcome goes here, not to the sender
+};
+
+/// The actor whose handler this thread runs, and its Proc; null outside handlers.
+Actor* runningActor();
+Proc* runningProc();
+
+class Mailboxes {
+ public:
+  /// Sends a reply (or failure) frame answering `request`.
+  using ReplyFn = std::function<void(const wire::Envelope& request, wire::MessageKind kind,
+                                     std::string type, wire::Bytes payload)>;
+
+  Mailboxes(Proc& proc, std::shared_ptr<transport::IoPool> pool, ReplyFn reply);
+  ~Mailboxes();
+
+  /// Hosts `actor` at `local`; throws ConfigError when the id is taken.
+  ActorId host(std::unique_ptr<Actor> actor, std::uint64_t local, std::string name);
+  /// Forgets actor `local` (a running handler keeps it alive until it
+  /// returns); false when there was none.
+  bool remove(std::uint64_t local);
+  /// `onThisThread`: run the drain on this pool thread right after its
+  /// current task (the read that delivered the message), saving a hand-off.
+  void enqueue(Delivery&& delivery, bool onThisThread);
+  /// DLV-1: a message that cannot be handled fails its request; a one-way
+  /// message is logged.
+  void refuse(Delivery& delivery, const RemoteFailure& failure);
+  /// Stops starting handlers, and waits until those running have returned
+  /// (the caller's own, if it is one, excepted) or `deadline` passes.
+  void quiesce(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  struct Cell;
+  void scheduleDrain(const std::shared_ptr<Cell>& cell, bool onThisThread);
+  std::shared_ptr<Cell> find(std::uint64_t local);
+  void armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender, std::uint64_t stuckAt);
+  void drain(const std::shared_ptr<Cell>& cell);
+  void run(Actor& actor, Delivery& delivery);
+
+  Proc& proc_;
+  std::shared_ptr<transport::IoPool> pool_;
+  ReplyFn reply_;
+  std::chrono::milliseconds gapTimeout_;
+  // Drains queued or running; quiesce() waits for them so that replies they
+  // send (a Shutdown's acknowledgement, say) are flushed.
+  std::atomic<int> activeDrains_{0};
+  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> cells_;
+};
+
+}  // namespace crown::detail

@@ -1,0 +1,76 @@
+#include "actor/request_table.h"
+
+#include "crown/actor/failure.h"
+
+namespace crown::detail {
+
+bool RequestTable::add(std::uint64_t id, Rank dest, Completion complete) {
+  std::lock_guard lock(mutex_);
+  if (dest < lost_.size() && lost_[dest]) return false;
+  pending_.emplace(id, Pending{dest, std::move(complete)});
+  return true;
+}
+
+Completion RequestTable::take(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return nullptr;
+  Completion complete = std::move(it->second.complete);
+  pending_.erase(it);
+  return complete;
+}
+
+void RequestTable::answer(wire::Envelope&& envelope, wire::Bytes&& payload) {
+  Completion complete = take(envelope.requestId);
+  if (!complete) return;  // cancelled (timed out): the late reply is dropped
+  if (envelope.kind == wire::MessageKind::kReply) {
+    complete(Outcome{nullptr, std::move(envelope.type), std::move(payload)});
+    return;
+  }
+  std::exception_ptr error;
+  try {
+    error = toException(wire::fromBytes<RemoteFailure>(payload));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  complete(Outcome{error, {}, {}});
+}
+
+void RequestTable::fail(std::uint64_t id, const std::exception_ptr& error) {
+  if (Completion complete = take(id)) complete(Outcome{error, {}, {}});
+}
+
+void RequestTable::cancel(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  pending_.erase(id);
+}
+
+bool RequestTable::alive(Rank rank) const {
+  std::lock_guard lock(mutex_);
+  return rank < lost_.size() && !lost_[rank];
+}
+
+std::vector<Completion> RequestTable::markLost(Rank peer) {
+  std::vector<Completion> failed;
+  std::lock_guard lock(mutex_);
+  if (peer < lost_.size()) lost_[peer] = true;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.dest == peer) {
+      failed.push_back(std::move(it->second.complete));
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return failed;
+}
+
+std::vector<Completion> RequestTable::takeAll() {
+  std::vector<Completion> all;
+  std::lock_guard lock(mutex_);
+  for (auto& [id, pending] : pending_) all.push_back(std::move(pending.complete));
+  pending_.clear();
+  return all;
+}
+
+}  // namespace crown::detail

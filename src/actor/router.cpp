@@ -1,0 +1,60 @@
+#include "actor/router.h"
+
+namespace crown::detail {
+
+using wire::Envelope;
+using wire::MessageKind;
+
+void Router::setRawAgent(std::uint64_t local, Proc::RawHandler handler) {
+  rawAgents_[local] = std::move(handler);
+}
+
+void Router::numberForOrder(Envelope& envelope) {
+  if (!rawAgents_.count(envelope.dest.local))
+    envelope.seq = sequencer_.next(envelope.sender, envelope.dest);
+}
+
+void Router::route(transport::OutMessage message) {
+  Rank to = message.envelope.dest.rank;
+  if (to == rank_) {
+    deliver(std::move(message.envelope), std::move(message.payload), false);
+    return;
+  }
+  if (to >= size_) {
+    if (message.envelope.kind == MessageKind::kRequest) {
+      requests_.fail(message.envelope.requestId,
+                     std::make_exception_ptr(ConfigError("rank " + std::to_string(to) +
+                                                         " does not exist (size " +
+                                                         std::to_string(size_) + ")")));
+    }
+    return;
+  }
+  transport_.send(to, std::move(message));
+}
+
+void Router::deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwork) {
+  switch (envelope.kind) {
+    case MessageKind::kReply:
+    case MessageKind::kFailure:
+      requests_.answer(std::move(envelope), std::move(payload));
+      return;
+    case MessageKind::kHeartbeat:  // consumed by the transport; never reaches here
+      return;
+    case MessageKind::kRequest:
+    case MessageKind::kOneWay:
+      break;
+  }
+  if (auto raw = rawAgents_.find(envelope.dest.local); raw != rawAgents_.end()) {
+    raw->second(std::move(envelope), std::move(payload));
+    return;
+  }
+  mailboxes_.enqueue(Delivery{std::move(envelope), std::move(payload), nullptr}, fromNetwork);
+}
+
+void Router::reply(const Envelope& request, MessageKind kind, std::string type,
+                   wire::Bytes payload) {
+  Envelope envelope{kind, request.dest, request.sender, request.requestId, std::move(type)};
+  route({std::move(envelope), std::move(payload)});
+}
+
+}  // namespace crown::detail

@@ -1,0 +1,51 @@
+// Router: where a message of one Proc goes. Out: to a local mailbox or raw
+// agent when the destination is this rank, else to the transport. In: a
+// reply ends its request (RequestTable), a message to a raw agent runs it
+// on the delivering thread, any other goes to its actor's mailbox. Messages
+// to actors are numbered for ORD-1 here; raw agents take theirs unnumbered.
+// Thread-safe once started (the raw agents are fixed by then).
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "actor/mailbox.h"
+#include "actor/request_table.h"
+#include "actor/send_sequencer.h"
+#include "crown/transport/transport.h"
+
+namespace crown::detail {
+
+class Router {
+ public:
+  Router(Rank rank, Rank size, transport::Transport& transport, RequestTable& requests,
+         Mailboxes& mailboxes, SendSequencer& sequencer)
+      : rank_(rank),
+        size_(size),
+        transport_(transport),
+        requests_(requests),
+        mailboxes_(mailboxes),
+        sequencer_(sequencer) {}
+
+  /// Before the transport starts.
+  void setRawAgent(std::uint64_t local, Proc::RawHandler handler);
+  /// ORD-1: the envelope's position from its sender to its destination.
+  void numberForOrder(wire::Envelope& envelope);
+  void route(transport::OutMessage message);
+  /// A pool thread that read it (fromNetwork), or the sender's thread (local).
+  void deliver(wire::Envelope&& envelope, wire::Bytes&& payload, bool fromNetwork);
+  /// Answers `request` with a reply or failure frame.
+  void reply(const wire::Envelope& request, wire::MessageKind kind, std::string type,
+             wire::Bytes payload);
+
+ private:
+  Rank rank_;
+  Rank size_;
+  transport::Transport& transport_;
+  RequestTable& requests_;
+  Mailboxes& mailboxes_;
+  SendSequencer& sequencer_;
+  std::unordered_map<std::uint64_t, Proc::RawHandler> rawAgents_;
+};
+
+}  // namespace crown::detail

@@ -1,0 +1,62 @@
+// Lifecycle: bootstrap's module on the Proc of every rank, which keeps the
+// job's shutdown (SHT-1). Its shutdown agent takes the controller's
+// Shutdown; a worker whose controller is lost shuts itself down with 1; and
+// it remembers whether a rank was lost before shutdown began, for
+// Runtime::finish's "skip MPI_Finalize after a loss" rule. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "crown/actor/module.h"
+
+namespace crown::detail {
+
+/// The controller is done: the process leaves its serve loop and exits with
+/// `code`. `ranksLost`: some rank died, so MPI_Finalize (which waits for every
+/// rank) must be skipped.
+struct Shutdown {
+  int code = 0;
+  bool ranksLost = false;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& code& ranksLost;
+  }
+};
+
+class Lifecycle : public Proc::Module {
+ public:
+  static Proc::ModuleFactory factory();
+  /// The lifecycle module of `proc`; throws crown::Error when it has none.
+  static Lifecycle& of(Proc& proc);
+
+  void install(Proc& proc, SystemIds& ids) override;
+  void stop() override;
+  void peerLost(Rank peer, const std::string& reason) override;
+
+  /// The shutdown agent's id: the same on every rank.
+  std::uint64_t agentId() const { return agent_; }
+  /// Marks this process as shutting down with `code` (the first call wins)
+  /// and wakes waitForShutdown(). Links lost after this are expected.
+  /// `ranksLost`: the controller saw a rank die that this process may not have.
+  void requestShutdown(int code, bool ranksLost = false);
+  /// True when a rank was lost before shutdown began, here or (as the
+  /// controller said) elsewhere.
+  bool ranksLost() const { return unexpectedLoss_; }
+  /// Blocks until requestShutdown; returns its code.
+  int waitForShutdown();
+
+ private:
+  Proc* proc_ = nullptr;
+  std::uint64_t agent_ = 0;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::optional<int> code_;
+  std::atomic<bool> unexpectedLoss_{false};
+};
+
+}  // namespace crown::detail
+
+CROWN_MESSAGE(crown::detail::Shutdown, "crown::Shutdown");

@@ -1,0 +1,68 @@
+// Aggregation at one hop, driven part by part: a subtree's partial value
+// that cannot be folded fails the members whose replies it holds, not
+// rank 0 (which may not even be in the cast).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "crown/actor/failure.h"
+#include "mesh/aggregation.h"
+
+namespace crown::mesh {
+namespace {
+
+const bool kRefuseRegistered = (detail::registerReducer(
+                                    "test::Refuse<int>",
+                                    {wire::messageName<int>(),
+                                     [](const wire::Bytes&, const wire::Bytes&) -> wire::Bytes {
+                                       throw std::runtime_error("these values do not combine");
+                                     }}),
+                                true);
+
+CastEntry okEntry(std::uint64_t rank, int value) {
+  return CastEntry{rank, true, wire::messageName<int>(), wire::toBytes(value)};
+}
+
+TEST(Aggregation, AnUnfoldableSubtreeValueFailsThatSubtreesMembers) {
+  ASSERT_TRUE(kRefuseRegistered);
+  // Ranks 8..15, k=2: the first hop reduces its own reply with its
+  // children's subtrees.
+  CastTree tree(Slice::rowMajor({8}, 8), 2);
+  std::size_t hop = tree.rootChildren()[0];
+  std::vector<std::size_t> children = tree.children(hop);
+  ASSERT_FALSE(children.empty());
+  std::size_t child = children[0];
+  std::vector<std::size_t> below = tree.subtree(child);
+  ASSERT_GT(below.size(), 1u);
+
+  std::optional<CastResult> result;
+  detail::Aggregation aggregation(CastMode::kReduce, "test::Refuse<int>", 2,
+                                  [&](CastResult&& r) { result = std::move(r); }, {});
+  aggregation.member(okEntry(hop, 1));
+  // The child's subtree: one member failed on its own, the others' replies
+  // are folded into the partial value.
+  CastResult partial;
+  partial.entries.push_back(crown::mesh::detail::failureEntry(
+      below[1], std::make_exception_ptr(RemoteError("std::runtime_error", "boom", 0, "member"))));
+  partial.hasValue = true;
+  partial.valueType = wire::messageName<int>();
+  partial.value = wire::toBytes(7);
+  aggregation.child(std::move(partial), tree, child);
+
+  ASSERT_TRUE(result.has_value());
+  std::multiset<std::uint64_t> failed;
+  for (const auto& entry : result->entries) {
+    EXPECT_FALSE(entry.ok);
+    failed.insert(entry.rank);
+  }
+  EXPECT_EQ(failed, std::multiset<std::uint64_t>(below.begin(), below.end()));
+  EXPECT_EQ(failed.count(0), 0u);
+  for (const auto& entry : result->entries) {
+    auto why = wire::fromBytes<crown::detail::RemoteFailure>(entry.payload);
+    std::string expected = entry.rank == below[1] ? "boom" : "do not combine";
+    EXPECT_NE(why.message.find(expected), std::string::npos) << entry.rank << ": " << why.message;
+  }
+}
+
+}  // namespace
+}  // namespace crown::mesh
