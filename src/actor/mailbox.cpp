@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "actor/reorder_buffer.h"
+#include "crown/actor/module.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/transport/io_pool.h"
@@ -232,6 +233,8 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
     if (!result) {
       log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(),
                        envelope.type, failure.type, failure.message);
+      for (Proc::Module* module : proc_.modules())
+        module->actorFailed(actor.id(), actor.name(), failure.type + ": " + failure.message);
     }
     return;
   }

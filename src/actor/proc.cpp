@@ -136,6 +136,12 @@ bool Proc::alive(Rank rank) const { return impl_->requests.alive(rank); }
 
 const std::vector<Proc::Module*>& Proc::modules() const { return impl_->modules; }
 
+MpiService& Proc::mpi() const {
+  CROWN_CHECK(impl_->options.mpi != nullptr,
+              "this proc has no MPI service (a simulated proc, or one made without bootstrap)");
+  return *impl_->options.mpi;
+}
+
 std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Bytes payload,
                                detail::Completion complete) {
   auto id = impl_->requests.nextId();

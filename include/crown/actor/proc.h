@@ -58,6 +58,8 @@ constexpr std::uint64_t kAgentLocalId = 1;
 /// from here up.
 constexpr std::uint64_t kFirstActorLocalId = 16;
 
+class MpiService;  // mpi_service.h
+
 class Proc {
  public:
   class Module;  // module.h
@@ -78,6 +80,9 @@ class Proc {
     /// The modules this Proc hosts, installed in this order before the
     /// transport starts (the same list on every rank: module.h).
     std::vector<ModuleFactory> modules;
+    /// MPI for the layers above (bootstrap's service thread, THR-1); null
+    /// where there is none (simulated procs).
+    std::shared_ptr<MpiService> mpi;
   };
 
   /// A system agent that takes its messages, envelope and all, on the
@@ -110,6 +115,8 @@ class Proc {
     return nullptr;
   }
   const std::vector<Module*>& modules() const;
+  /// The MPI service of this process; throws crown::Error where there is none.
+  MpiService& mpi() const;
 
   /// Sends `message` to `dest` and returns the future of its reply.
   template <class R, class Msg>

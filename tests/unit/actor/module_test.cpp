@@ -39,6 +39,9 @@ class Recorder : public Proc::Module {
   void stop() override { note("stop"); }
   void peerLost(Rank peer, const std::string&) override { note("lost " + std::to_string(peer)); }
   void actorStopped(std::uint64_t local) override { note("stopped " + std::to_string(local)); }
+  void actorFailed(const ActorId&, const std::string& name, const std::string& what) override {
+    note("failed " + name + ": " + what);
+  }
 
   std::vector<std::string> events() {
     std::lock_guard lock(mutex_);
@@ -57,6 +60,13 @@ class Recorder : public Proc::Module {
 };
 
 class Idle : public Actor {};
+
+class Grumpy : public Actor {
+ public:
+  Grumpy() {
+    handle<Echo>([](const Echo& echo) -> int { throw std::domain_error("no " + std::to_string(echo.n)); });
+  }
+};
 
 class Greedy : public Proc::Module {
  public:
@@ -120,6 +130,20 @@ TEST_F(ModuleTest, ModulesHearOfStoppedActorsLostPeersAndTheProcStopping) {
   EXPECT_EQ(module->events(),
             (std::vector<std::string>{"install", "start", "stopped " + std::to_string(idle.local),
                                       "lost 2", "stop"}));
+}
+
+// A one-way message whose handler throws has no caller to tell: the
+// modules hear of it (the supervision path), and a request's failure
+// still goes to its caller only.
+TEST_F(ModuleTest, ModulesHearOfHandlersThatFailWithNobodyToTell) {
+  boot(2, {recorder()});
+  ActorId grumpy = procs_[1]->spawnLocal(std::make_unique<Grumpy>(), "grumpy");
+  EXPECT_THROW(procs_[0]->request<int>(grumpy, Echo{1}).get(5s), RemoteError);
+  procs_[0]->send(grumpy, Echo{2});
+  auto* module = procs_[1]->findModule<Recorder>();
+  for (int i = 0; i < 500 && module->events().size() < 3; ++i) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(module->events(), (std::vector<std::string>{"install", "start",
+                                                        "failed grumpy: std::domain_error: no 2"}));
 }
 
 TEST_F(ModuleTest, AModuleClaimingTooManyIdsFailsTheProcClearly) {
