@@ -43,7 +43,11 @@ struct TcpEndpoint {
 /// The address this rank's crown fabric listens on, so that the anchor takes
 /// the same network path as crown's own links (loopback on one host, the
 /// chosen interface across hosts).
-inline std::string fabricHost() { return Runtime::current().endpoint().host; }
+inline std::string fabricHost() {
+  for (const auto& [backend, address] : Runtime::current().addresses())
+    if (backend == "tcp") return address.substr(0, address.rfind(':'));  // "ip:port"
+  throw std::runtime_error("this rank's fabric has no TCP backend");
+}
 
 inline void setNoDelay(int fd) {
   int on = 1;

@@ -66,6 +66,15 @@ struct Proc::Impl {
     return std::make_exception_ptr(ProcessLost(rank, proc.host(rank), reason));
   }
 
+  // DLV-1 tells a dead peer from a link closed over a bad frame, whose peer
+  // is alive: only the first is ProcessLost.
+  std::exception_ptr sendError(Proc& proc, Rank to, const transport::LinkError& error) const {
+    if (error.peerLost()) return lostError(proc, to, error.toString());
+    return std::make_exception_ptr(ProtocolError(
+        "a message to rank " + std::to_string(to) + " was not delivered (" + error.toString() +
+        "); rank " + std::to_string(to) + " is not lost: later messages open a new link"));
+  }
+
   // A pool thread, on a link's strand.
   void onPeerLost(Proc& proc, Rank peer, const std::string& reason) {
     log::get().debug("link to rank {} lost: {}", peer, reason);
@@ -76,7 +85,7 @@ struct Proc::Impl {
 };
 
 Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
-           std::vector<transport::Endpoint> peers) {
+           std::vector<std::string> peers) {
   CROWN_CHECK(options.pool != nullptr, "crown::Proc needs an IoPool");
   CROWN_CHECK(transport != nullptr, "crown::Proc needs a Transport");
   impl_ = std::make_unique<Impl>(*this, std::move(options), std::move(transport));
@@ -94,12 +103,13 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   callbacks.onMessage = [impl](Rank, wire::Envelope&& envelope, wire::Bytes&& payload) {
     impl->router.deliver(std::move(envelope), std::move(payload), true);
   };
-  callbacks.onSendFailed = [impl, this](Rank to, OutMessage&& message, const std::string& reason) {
+  callbacks.onSendFailed = [impl, this](Rank to, OutMessage&& message,
+                                        const transport::LinkError& error) {
     if (message.envelope.kind == MessageKind::kRequest)
-      impl->requests.fail(message.envelope.requestId, impl->lostError(*this, to, reason));
+      impl->requests.fail(message.envelope.requestId, impl->sendError(*this, to, error));
   };
-  callbacks.onPeerLost = [impl, this](Rank peer, const std::string& reason) {
-    impl->onPeerLost(*this, peer, reason);
+  callbacks.onPeerLost = [impl, this](Rank peer, const transport::LinkError& error) {
+    impl->onPeerLost(*this, peer, error.toString());
   };
   impl_->transport->start(std::move(peers), std::move(callbacks));
   impl_->options.pool->start();
@@ -142,7 +152,7 @@ MpiService& Proc::mpi() const {
   return *impl_->options.mpi;
 }
 
-std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Bytes payload,
+std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payload payload,
                                detail::Completion complete) {
   auto id = impl_->requests.nextId();
   if (!impl_->requests.add(id, dest.rank, complete)) {
@@ -155,7 +165,7 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Byte
   return id;
 }
 
-void Proc::sendRaw(const ActorId& dest, std::string type, wire::Bytes payload) {
+void Proc::sendRaw(const ActorId& dest, std::string type, wire::Payload payload) {
   Envelope envelope{MessageKind::kOneWay, impl_->senderId(), dest, 0, std::move(type)};
   impl_->router.numberForOrder(envelope);
   impl_->router.route({std::move(envelope), std::move(payload)});

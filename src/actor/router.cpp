@@ -17,7 +17,7 @@ void Router::numberForOrder(Envelope& envelope) {
 void Router::route(transport::OutMessage message) {
   Rank to = message.envelope.dest.rank;
   if (to == rank_) {
-    deliver(std::move(message.envelope), std::move(message.payload), false);
+    deliver(std::move(message.envelope), std::move(message.payload).join(), false);
     return;
   }
   if (to >= size_) {

@@ -27,10 +27,9 @@ Runtime* g_runtime = nullptr;
 // What every rank tells every other at bootstrap, fixed-size for MPI_Allgather.
 struct RankRecord {
   char host[256];
-  char address[64];
-  std::uint16_t port;
-  char local[108];  // abstract Unix socket name; empty when not listening on one
-  char error[512];  // empty when this rank is ready
+  std::uint32_t addressBytes;
+  char address[1024];  // the fabric's opaque address (transport.h)
+  char error[512];     // empty when this rank is ready
 };
 
 void copyText(char* out, std::size_t size, const std::string& text) {
@@ -85,6 +84,7 @@ std::unique_ptr<transport::Transport> listen(const Topology& topo, const transpo
     transport::AsioOptions options;
     options.rank = topo.rank;
     options.size = topo.size;
+    options.host = mine.host;
     options.bindAddress = transport::chooseListenAddress();
     options.secret = secret;
     options.limits = wire::FrameLimits::fromEnv();
@@ -96,9 +96,14 @@ std::unique_ptr<transport::Transport> listen(const Topology& topo, const transpo
     options.listenLocal = env::get("CROWN_SAME_HOST_TRANSPORT").value_or("unix") != "tcp";
     options.pool = std::move(pool);
     auto fabric = transport::makeAsioTransport(options);
-    copyText(mine.address, sizeof mine.address, fabric->localEndpoint().host);
-    mine.port = fabric->localEndpoint().port;
-    copyText(mine.local, sizeof mine.local, fabric->localEndpoint().local);
+    std::string address = fabric->address();
+    if (address.size() > sizeof mine.address) {
+      throw BootstrapError("the fabric's address takes " + std::to_string(address.size()) +
+                           " bytes, over the " + std::to_string(sizeof mine.address) +
+                           " that bootstrap exchanges");
+    }
+    std::memcpy(mine.address, address.data(), address.size());
+    mine.addressBytes = static_cast<std::uint32_t>(address.size());
     return fabric;
   } catch (const std::exception& e) {
     copyText(mine.error, sizeof mine.error, e.what());
@@ -114,11 +119,11 @@ std::string processorName() {
 }
 
 // Step 4 (after MPI_Allgather): host names and indices into the topology,
-// every rank's endpoint, and the failures of those that could not listen.
-std::vector<transport::Endpoint> readRecords(const std::vector<RankRecord>& records, Topology& topo,
-                                             std::string& failures) {
+// every rank's address, and the failures of those that could not listen.
+std::vector<std::string> readRecords(const std::vector<RankRecord>& records, Topology& topo,
+                                     std::string& failures) {
   std::map<std::string, int> hostIndex;
-  std::vector<transport::Endpoint> peers;
+  std::vector<std::string> peers;
   for (Rank r = 0; r < topo.size; ++r) {
     const RankRecord& record = records[r];
     if (record.error[0] != '\0') {
@@ -127,11 +132,8 @@ std::vector<transport::Endpoint> readRecords(const std::vector<RankRecord>& reco
     topo.hostNames.emplace_back(record.host);
     auto [it, added] = hostIndex.emplace(record.host, static_cast<int>(hostIndex.size()));
     topo.hostIndexOf.push_back(it->second);
-    peers.push_back({record.address, record.port, record.local});
-  }
-  // Unix sockets only reach ranks on this host (its network namespace).
-  for (Rank r = 0; r < topo.size; ++r) {
-    if (topo.hostNames[r] != topo.hostNames[topo.rank]) peers[r].local.clear();
+    peers.emplace_back(record.address, std::min<std::size_t>(record.addressBytes,
+                                                             sizeof record.address));
   }
   topo.hostIndex = topo.hostIndexOf[topo.rank];
   topo.hostCount = static_cast<int>(hostIndex.size());
@@ -208,12 +210,12 @@ Runtime& Runtime::init(int* argc, char*** argv) {
                                   MPI_BYTE, self.mpi_->comm));
   });
   std::string failures;
-  std::vector<transport::Endpoint> peers = readRecords(records, topo, failures);
+  std::vector<std::string> peers = readRecords(records, topo, failures);
   if (!failures.empty()) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + failures);
   }
-  self.endpoint_ = peers[topo.rank];
+  self.addresses_ = transport::decodeAddresses(peers[topo.rank]);
 
   // The modules of every rank's Proc, in the same order on every rank.
   Proc::Options procOptions{topo.rank,
@@ -231,9 +233,10 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     self.finish(1);
     throw BootstrapError("crown bootstrap failed:" + verdict);
   }
-  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on {}:{} @{}",
-                   topo.rank, topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount,
-                   self.endpoint_.host, self.endpoint_.port, self.endpoint_.local);
+  std::string listening;
+  for (const auto& [backend, address] : self.addresses_) listening += " " + backend;
+  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on{}", topo.rank,
+                   topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount, listening);
   return self;
 }
 

@@ -21,7 +21,7 @@ SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims)
     Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, {meshModule()}};
     // The in-process transport needs no endpoints.
     procs_.push_back(std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, rank),
-                                            std::vector<transport::Endpoint>{}));
+                                            std::vector<std::string>(size)));
   }
 }
 

@@ -23,9 +23,12 @@ class Target : public Actor {
     handle<Poke>([this](const Poke& poke) { pokes_ += poke.value; });
     handle<PokeCount>([this](const PokeCount&) { return pokes_; });
     handle<WhoAreYou>([](const WhoAreYou&) {
-      const auto& endpoint = Runtime::current().endpoint();
-      return std::vector<std::string>{"tcp:" + endpoint.host + ":" + std::to_string(endpoint.port),
-                                      "unix:" + endpoint.local};
+      std::vector<std::string> targets;  // "tcp:ip:port", then "unix:name" (transport.h)
+      for (const auto& [backend, address] : Runtime::current().addresses()) {
+        if (backend == "tcp") targets.insert(targets.begin(), "tcp:" + address);
+        if (backend == "unix") targets.push_back("unix:" + address.substr(0, address.find('\n')));
+      }
+      return targets;
     });
   }
 

@@ -23,18 +23,27 @@ struct TransportInbox {
   std::condition_variable changed;
   std::vector<Received> received;
   std::vector<std::string> failed;  // payloads handed back
+  std::vector<transport::LinkError> failures;  // why, for each of them
   std::vector<Rank> lost;
+  std::vector<transport::LinkError> lostWhy;
 
   transport::TransportCallbacks callbacks() {
     transport::TransportCallbacks callbacks;
     callbacks.onMessage = [this](Rank from, wire::Envelope&& envelope, wire::Bytes&& payload) {
       record([&] { received.push_back({from, envelope.type, payload}); });
     };
-    callbacks.onSendFailed = [this](Rank, transport::OutMessage&& message, const std::string&) {
-      record([&] { failed.push_back(message.payload); });
+    callbacks.onSendFailed = [this](Rank, transport::OutMessage&& message,
+                                    const transport::LinkError& error) {
+      record([&] {
+        failed.push_back(std::move(message.payload).join());
+        failures.push_back(error);
+      });
     };
-    callbacks.onPeerLost = [this](Rank peer, const std::string&) {
-      record([&] { lost.push_back(peer); });
+    callbacks.onPeerLost = [this](Rank peer, const transport::LinkError& error) {
+      record([&] {
+        lost.push_back(peer);
+        lostWhy.push_back(error);
+      });
     };
     return callbacks;
   }

@@ -90,9 +90,10 @@ class Proc {
   /// that forward and answer later. Must not block.
   using RawHandler = std::function<void(wire::Envelope&&, wire::Bytes&&)>;
 
-  /// Starts serving: the transport is started with `peers` (every rank's endpoint).
+  /// Starts serving: the transport is started with `peers` (every rank's
+  /// address, as its transport gave it; transport.h).
   Proc(Options options, std::unique_ptr<transport::Transport> transport,
-       std::vector<transport::Endpoint> peers);
+       std::vector<std::string> peers);
   ~Proc();
   Proc(const Proc&) = delete;
   Proc& operator=(const Proc&) = delete;
@@ -172,10 +173,11 @@ class Proc {
                                          const std::vector<std::size_t>& ranks);
 
   // Untyped layer under request()/send(). Messages to actors are numbered
-  // for ORD-1; messages to raw agents are not.
-  std::uint64_t requestRaw(const ActorId& dest, std::string type, wire::Bytes payload,
+  // for ORD-1; messages to raw agents are not. A payload's segments go to
+  // the socket where they lie (wire/payload.h).
+  std::uint64_t requestRaw(const ActorId& dest, std::string type, wire::Payload payload,
                            detail::Completion complete);
-  void sendRaw(const ActorId& dest, std::string type, wire::Bytes payload);
+  void sendRaw(const ActorId& dest, std::string type, wire::Payload payload);
   void cancelRequest(std::uint64_t requestId);
 
  private:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "crown/actor/proc.h"
+#include "crown/transport/transport.h"
 
 namespace crown {
 
@@ -37,8 +38,9 @@ class Runtime {
 
   const Topology& topology() const { return topology_; }
   Proc& proc() { return *proc_; }
-  /// Where this rank listens: TCP address and port, and its same-host socket.
-  const transport::Endpoint& endpoint() const { return endpoint_; }
+  /// Where this rank listens, per fabric backend: ("tcp", "ip:port") and,
+  /// with a same-host socket, ("unix", "name\nhost"); transport.h.
+  const transport::Addresses& addresses() const { return addresses_; }
 
   /// False when crown adopted an MPI that the program initialised (mpi4py):
   /// then its owner finalises it, at its own exit.
@@ -59,7 +61,7 @@ class Runtime {
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   Topology topology_;
-  transport::Endpoint endpoint_;
+  transport::Addresses addresses_;
   std::unique_ptr<Proc> proc_;
 };
 

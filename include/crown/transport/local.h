@@ -14,7 +14,10 @@ namespace crown::transport {
 class LocalHub;
 
 /// A hub for ranks 0..size-1, delivering on `pool` (which the caller starts).
-std::shared_ptr<LocalHub> makeLocalHub(std::shared_ptr<IoPool> pool, Rank size);
+/// A payload over `limits` is handed back to its sender as a bad frame, as a
+/// real link refuses it.
+std::shared_ptr<LocalHub> makeLocalHub(std::shared_ptr<IoPool> pool, Rank size,
+                                       wire::FrameLimits limits = {});
 
 /// Rank `rank`'s transport on the hub.
 std::unique_ptr<Transport> makeLocalTransport(const std::shared_ptr<LocalHub>& hub, Rank rank);

@@ -1,11 +1,18 @@
 // A Transport moves frames between the ranks of one job. Its links run on an
-// IoPool; callbacks run on the pool's threads and may hand work to the pool. send() may be
-// called from any thread; frames from one thread to one peer arrive in the
-// order they were sent (the transport's half of ORD-1).
+// IoPool; callbacks run on the pool's threads and may hand work to the pool.
+// send() may be called from any thread; frames from one thread to one peer
+// arrive in the order they were sent (the transport's half of ORD-1).
 //
 // Failures are values, never exceptions across the io loop: a frame that
 // cannot be delivered is handed back through onSendFailed, and a peer whose
-// link dies is reported once through onPeerLost (DLV-1 builds on both).
+// link dies is reported once through onPeerLost, each with a LinkError that
+// says why (DLV-1 builds on both).
+//
+// Every rank's address is opaque bytes that only its transport reads (as
+// gloo's mpi/context.cc exchanges them over MPI): bootstrap gathers them and
+// hands each transport everyone's. The fabric of a real job is a routing
+// transport over backends, which picks one backend per peer: Unix sockets
+// within a host, TCP between hosts (design.md, "Layers").
 #pragma once
 
 #include <chrono>
@@ -13,57 +20,79 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "crown/transport/auth.h"
+#include "crown/transport/error.h"
 #include "crown/transport/io_pool.h"
 #include "crown/wire/envelope.h"
 #include "crown/wire/frame.h"
-#include "crown/wire/serialize.h"
+#include "crown/wire/payload.h"
 
 namespace crown::transport {
-
-struct Endpoint {
-  std::string host;  ///< numeric IP address
-  std::uint16_t port = 0;
-  /// Abstract Unix socket name (without its leading NUL) for peers on the
-  /// same host; empty: reach this rank over TCP only.
-  std::string local;
-};
 
 /// One message: where it goes and what it carries.
 struct OutMessage {
   wire::Envelope envelope;
-  wire::Bytes payload;
+  wire::Payload payload;
 };
 
 struct TransportCallbacks {
-  /// A frame arrived from an authenticated peer.
+  /// A frame arrived from an authenticated peer; its payload in one buffer.
   std::function<void(Rank from, wire::Envelope&&, wire::Bytes&&)> onMessage;
   /// A frame could not be delivered; the message is handed back.
-  std::function<void(Rank to, OutMessage&&, const std::string& reason)> onSendFailed;
-  /// The link to a peer died (closed, reset, refused). Reported once per peer.
-  std::function<void(Rank peer, const std::string& reason)> onPeerLost;
+  std::function<void(Rank to, OutMessage&&, const LinkError&)> onSendFailed;
+  /// The link to a peer died with error.peerLost(). Reported once per peer.
+  std::function<void(Rank peer, const LinkError&)> onPeerLost;
 };
 
 class Transport {
  public:
   virtual ~Transport() = default;
 
-  /// Where this rank listens; valid from construction.
-  virtual Endpoint localEndpoint() const = 0;
-  /// Every rank's endpoint, indexed by rank, then start serving.
-  virtual void start(std::vector<Endpoint> peers, TransportCallbacks callbacks) = 0;
+  /// Where this rank listens, as opaque bytes for its peers; valid from construction.
+  virtual std::string address() const = 0;
+  /// Every rank's address (as address() gave it), indexed by rank, then start serving.
+  virtual void start(std::vector<std::string> peers, TransportCallbacks callbacks) = 0;
   /// Queues one frame to a peer (opening the link on first use).
   virtual void send(Rank to, OutMessage message) = 0;
   /// Flushes what is queued (for at most `flushTimeout`), then closes every link.
   virtual void stop(std::chrono::milliseconds flushTimeout) = 0;
 };
 
+/// One way of reaching peers, under a routing transport.
+class Backend : public Transport {
+ public:
+  /// "tcp", "unix", ...: names its part of a rank's address.
+  virtual std::string name() const = 0;
+  /// Whether this backend reaches the peer listening at `address` (its own
+  /// kind of address): a Unix socket only reaches the same host.
+  virtual bool reaches(const std::string& address) const = 0;
+  /// `address` for people: "10.0.0.2:4242", "@crown-1f2e-3".
+  virtual std::string describe(const std::string& address) const = 0;
+};
+
+/// A rank's address under a routing transport: its backends' names and
+/// addresses, in the order of preference.
+using Addresses = std::vector<std::pair<std::string, std::string>>;
+std::string encodeAddresses(const Addresses& addresses);
+/// Throws ProtocolError when `bytes` are not an encodeAddresses() result.
+Addresses decodeAddresses(const std::string& bytes);
+
+/// Routes each peer to the first of `backends` that reaches it (ORD-1: one
+/// backend per peer, so one stream carries everything to it). A peer no
+/// backend reaches is unreachable: frames to it are handed back, refused.
+std::unique_ptr<Transport> makeRoutingTransport(std::vector<std::unique_ptr<Backend>> backends,
+                                                Rank rank, Rank size);
+
 struct AsioOptions {
   Rank rank = 0;
   Rank size = 1;
-  std::string bindAddress;  ///< numeric IPv4/IPv6 address to listen on
+  std::string bindAddress;  ///< numeric IPv4/IPv6 address to listen on (TCP)
+  /// This rank's host (MPI processor name): a Unix backend reaches the
+  /// peers whose addresses name the same host.
+  std::string host;
   Secret secret{};
   wire::FrameLimits limits;
   std::chrono::milliseconds connectTimeout{10000};
@@ -82,10 +111,14 @@ struct AsioOptions {
   std::shared_ptr<IoPool> pool;
 };
 
-/// The Boost.Asio transport: TCP between hosts, Unix domain sockets within
-/// one. Listens at construction (ephemeral port, random abstract socket
-/// name); throws BootstrapError naming the address when it cannot. A peer is
-/// reached over its `local` socket when its Endpoint names one.
+/// The Boost.Asio backends: TCP (listens on an ephemeral port of
+/// bindAddress) and abstract Unix domain sockets (random name). Both listen
+/// at construction and throw BootstrapError naming the address when they cannot.
+std::unique_ptr<Backend> makeTcpBackend(const AsioOptions& options);
+std::unique_ptr<Backend> makeUnixBackend(const AsioOptions& options);
+
+/// The fabric of a real rank: a routing transport over the Unix backend
+/// (when options.listenLocal and it can listen) and the TCP backend.
 std::unique_ptr<Transport> makeAsioTransport(const AsioOptions& options);
 
 /// The address this host should listen on: CROWN_ADDR if set, else the IPv4

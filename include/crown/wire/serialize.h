@@ -19,10 +19,9 @@
 
 #include "crown/common/error.h"
 #include "crown/wire/archive.h"
+#include "crown/wire/payload.h"  // Bytes
 
 namespace crown::wire {
-
-using Bytes = std::string;
 
 std::string demangle(const char* mangled);
 

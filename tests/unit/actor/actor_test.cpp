@@ -77,10 +77,10 @@ class ActorTest : public ::testing::Test {
     options.secret = transport::randomSecret();
     options.pool = std::make_shared<transport::IoPool>();
     auto fabric = transport::makeAsioTransport(options);
-    auto self = fabric->localEndpoint();
+    auto self = fabric->address();
     proc_ = std::make_unique<Proc>(Proc::Options{0, 1, std::make_shared<const std::vector<std::string>>(1, "localhost"),
                                  options.pool},
-                                   std::move(fabric), std::vector<transport::Endpoint>{self});
+                                   std::move(fabric), std::vector<std::string>{self});
   }
   void TearDown() override { proc_.reset(); }
 

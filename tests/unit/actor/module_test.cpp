@@ -83,7 +83,7 @@ class ModuleTest : public ::testing::Test {
     for (Rank r = 0; r < size; ++r) {
       Proc::Options options{r, size, nullptr, pool_, /*stopsPool=*/false, modules};
       procs_.push_back(std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, r),
-                                              std::vector<transport::Endpoint>(size)));
+                                              std::vector<std::string>(size)));
     }
   }
   void TearDown() override {

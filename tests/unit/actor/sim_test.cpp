@@ -2,6 +2,7 @@
 // running the same Proc, agents and routing code as real ranks.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -28,6 +29,13 @@ struct Note {
 struct Notes {
   template <class Archive>
   void serialize(Archive&, unsigned) {}
+};
+struct Bulky {
+  std::string bytes;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& bytes;
+  }
 };
 struct Flood {
   ActorRef<> target;
@@ -67,11 +75,11 @@ class Member : public Actor {
 
 class SimTest : public ::testing::Test {
  protected:
-  void boot(Rank size) {
+  void boot(Rank size, wire::FrameLimits limits = {}) {
     pool_ = std::make_shared<transport::IoPool>();
-    hub_ = transport::makeLocalHub(pool_, size);
+    hub_ = transport::makeLocalHub(pool_, size, limits);
     auto hosts = std::make_shared<const std::vector<std::string>>(size, "sim");
-    std::vector<transport::Endpoint> peers(size);
+    std::vector<std::string> peers(size);
     for (Rank r = 0; r < size; ++r) {
       Proc::Options options{r, size, hosts, pool_, /*stopsPool=*/false};
       procs_.push_back(
@@ -126,6 +134,30 @@ TEST_F(SimTest, ADisconnectedProcFailsItsRequestsAndTheRestServeOn) {
   EXPECT_THROW(inFlight.get(1s), ProcessLost);
   EXPECT_THROW(members[5].call<Rank>(Who{}).get(1s), ProcessLost);
   for (Rank r : {1u, 4u, 6u, 7u}) EXPECT_EQ(members[r].call<Rank>(Who{}).get(5s), r);
+}
+
+// DLV-1 tells a refused frame from a lost peer: a message over the frame
+// limit fails its request with ProtocolError, and its peer lives on. (Its
+// ORD-1 position was taken, so the peer's next message from this sender
+// waits out the order gap timeout, shortened here.)
+TEST_F(SimTest, AFrameRefusedAsBadFailsItsRequestButNotThePeer) {
+  wire::FrameLimits limits;
+  limits.maxPayloadBytes = 4096;
+  setenv("CROWN_ORDER_GAP_TIMEOUT_MS", "100", 1);
+  boot(2, limits);
+  unsetenv("CROWN_ORDER_GAP_TIMEOUT_MS");
+  auto member = spawnOn<Member>(1, "member").get(10s);
+  auto tooBig = member.call<void>(Bulky{std::string(8192, 'x')});
+  try {
+    tooBig.get(5s);
+    FAIL() << "a frame over the limit was delivered";
+  } catch (const ProcessLost& e) {
+    FAIL() << "a refused frame was taken for a lost process: " << e.what();
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad frame"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(Proc::current().alive(1));
+  EXPECT_EQ(member.call<Rank>(Who{}).get(5s), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// Payload: what a message carries, as segments written with one gathered
+// write: the head (bytes the payload owns: a serialized C++ message, or a
+// pickle) and then any number of buffers owned elsewhere and kept alive by
+// a reference count (a numpy array's memory, say), so bulk data goes from
+// its own memory to the socket without a copy. A receiver gets the whole
+// payload in one allocation (wire::Bytes). A plain value; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace crown::wire {
+
+using Bytes = std::string;
+
+class Payload {
+ public:
+  /// A buffer owned elsewhere: `owner` keeps [data, data + size) alive.
+  struct Segment {
+    std::shared_ptr<const void> owner;
+    const char* data = nullptr;
+    std::size_t size = 0;
+  };
+
+  Payload() = default;
+  Payload(Bytes head) : head_(std::move(head)) {}  // NOLINT: a Bytes is a one-segment payload
+
+  /// Appends a buffer after what the payload holds; nothing is copied.
+  void append(std::shared_ptr<const void> owner, const char* data, std::size_t size);
+
+  const Bytes& head() const { return head_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  std::size_t size() const;
+  bool empty() const { return size() == 0; }
+
+  /// The payload in one buffer: the head itself when there are no segments,
+  /// else head and segments joined (one copy: for in-process delivery).
+  Bytes join() &&;
+
+ private:
+  Bytes head_;
+  std::vector<Segment> segments_;
+  std::size_t segmentBytes_ = 0;
+};
+
+}  // namespace crown::wire

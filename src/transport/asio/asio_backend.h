@@ -1,0 +1,79 @@
+// AsioBackend: one Boost.Asio backend of the fabric, over TCP between hosts
+// or over abstract Unix domain sockets within one (same frames, same
+// handshake: an abstract socket has no file permissions, so SEC-1 matters
+// there too). It listens on one acceptor and keeps one Link per peer to
+// write to (link.h); the links run on the IoPool, each on its own strand.
+// Thread-safe.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange
+
+#include <boost/asio.hpp>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "crown/transport/transport.h"
+
+namespace crown::transport {
+
+namespace asio = boost::asio;
+using Socket = asio::generic::stream_protocol::socket;  // TCP or Unix
+using Acceptor = asio::basic_socket_acceptor<asio::generic::stream_protocol>;
+// Every link runs on its own strand: the pool has several threads, and one
+// link's socket, queue and timers are touched by one of them at a time.
+using Strand = asio::strand<asio::io_context::executor_type>;
+
+class Link;
+
+class AsioBackend final : public Backend {
+ public:
+  enum class Kind { kTcp, kUnix };
+  AsioBackend(Kind kind, const AsioOptions& options);
+  ~AsioBackend() override;
+
+  std::string name() const override { return kind_ == Kind::kTcp ? "tcp" : "unix"; }
+  std::string address() const override { return address_; }
+  bool reaches(const std::string& address) const override;
+  std::string describe(const std::string& address) const override;
+  void start(std::vector<std::string> peers, TransportCallbacks callbacks) override;
+  void send(Rank to, OutMessage message) override;
+  void stop(std::chrono::milliseconds flushTimeout) override;
+
+  // For the links.
+  asio::io_context& io();
+  const AsioOptions& options() const { return options_; }
+  /// Where `peer` listens, and that place for people.
+  asio::generic::stream_protocol::endpoint target(Rank peer) const;
+  std::string describePeer(Rank peer) const { return describe(peers_.at(peer)); }
+  const TransportCallbacks& callbacks() const { return callbacks_; }
+  void reportPeerLost(Rank peer, const LinkError& error);
+  /// A server link authenticated as `peer`: it becomes the send link to
+  /// that peer unless this rank already has one.
+  void offerSendLink(Rank peer, const std::shared_ptr<Link>& link);
+  /// The link is closed; `dropSendLink`: it is no longer the send link to its peer.
+  void forget(const std::shared_ptr<Link>& link, bool dropSendLink);
+  bool stopping() const { return stopping_; }
+
+ private:
+  asio::awaitable<void> acceptLoop();
+
+  Kind kind_;
+  AsioOptions options_;
+  std::shared_ptr<IoPool> pool_;
+  bool ownsPool_ = false;
+  Strand acceptStrand_;
+  Acceptor acceptor_;
+  std::string address_;
+  std::vector<std::string> peers_;
+  TransportCallbacks callbacks_;
+  bool started_ = false;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mutex_;                              // guards sendLinks_, lost_, links_
+  std::vector<std::shared_ptr<Link>> sendLinks_;  // by peer rank
+  std::vector<bool> lost_;
+  std::set<std::shared_ptr<Link>> links_;  // every open link, for stop()
+};
+
+}  // namespace crown::transport

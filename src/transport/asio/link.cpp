@@ -1,0 +1,420 @@
+#include "transport/asio/link.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "crown/common/log.h"
+#include "transport/asio/frame_reader.h"
+
+namespace crown::transport {
+namespace {
+
+using tcp = asio::ip::tcp;
+using Kind = LinkError::Kind;
+using namespace std::chrono_literals;
+
+constexpr std::size_t kMaxBatchFrames = 256;
+constexpr std::size_t kMaxBatchBytes = 4 << 20;
+// Frames sent closer together than this on one link count as a stream.
+constexpr auto kStreamingGap = std::chrono::microseconds(10);
+// A frame of more buffers than this waits for the strand's gathered write.
+constexpr std::size_t kMaxDirectBuffers = 64;
+
+// Thrown inside the link's coroutines only, and caught at their ends.
+struct LinkFailure : std::runtime_error {
+  explicit LinkFailure(LinkError e) : std::runtime_error(e.message), error(std::move(e)) {}
+  LinkError error;
+};
+
+bool isTcp(Socket& socket) {
+  int family = socket.local_endpoint().protocol().family();
+  return family == AF_INET || family == AF_INET6;
+}
+
+// "address:port" of a TCP peer, for logs; "local socket" otherwise.
+std::string describeRemote(Socket& socket) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getpeername(socket.native_handle(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return "unknown peer";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    return std::string(text) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (address.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof text);
+    return "[" + std::string(text) + "]:" + std::to_string(ntohs(in->sin6_port));
+  }
+  return "local socket";
+}
+
+// A broken connection as a LinkError: the peer closed it, or it broke.
+LinkError connectionError(const boost::system::error_code& ec, const std::string& what) {
+  Kind kind = ec == asio::error::eof ? Kind::kClosed : Kind::kReset;
+  return {kind, what + ": " + ec.message()};
+}
+
+// The buffers of `frame` past its first `skip` bytes, appended to `out`.
+template <class Out>
+void gatherBuffers(const std::string& head, const wire::Payload& payload, std::size_t skip,
+                   Out& out) {
+  auto add = [&](const char* data, std::size_t size) {
+    if (skip >= size) {
+      skip -= size;
+      return;
+    }
+    out.emplace_back(data + skip, size - skip);
+    skip = 0;
+  };
+  add(head.data(), head.size());
+  add(payload.head().data(), payload.head().size());
+  for (const auto& segment : payload.segments()) add(segment.data, segment.size);
+}
+
+}  // namespace
+
+Link::Link(AsioBackend& backend, Rank peer)
+    : backend_(backend),
+      peer_(peer),
+      strand_(asio::make_strand(backend.io())),
+      socket_(strand_) {}
+
+Link::Link(AsioBackend& backend, Strand strand, Socket socket)
+    : backend_(backend),
+      strand_(std::move(strand)),
+      socket_(std::move(socket)),
+      remote_(describeRemote(socket_)) {
+  boost::system::error_code ignored;
+  if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
+  socket_.non_blocking(true, ignored);
+}
+
+void Link::send(OutMessage message) {
+  QueuedFrame frame{wire::encodeFrameHead(message.envelope, message.payload.size()),
+                    std::move(message)};
+  std::unique_lock lock(mutex_);
+  switch (state_) {
+    case State::kDead: {
+      LinkError error = error_.value_or(LinkError{Kind::kClosed, "link is closed"});
+      lock.unlock();
+      backend_.callbacks().onSendFailed(peer_, std::move(frame.message), error);
+      return;
+    }
+    case State::kIdle:
+      state_ = State::kConnecting;
+      queue_.push_back(std::move(frame));
+      asio::co_spawn(strand_, connectAndAuthenticate(),
+                     [self = shared_from_this()](std::exception_ptr error) {
+                       if (!error) return;
+                       try {
+                         std::rethrow_exception(error);
+                       } catch (const LinkFailure& e) {
+                         self->fail(e.error);
+                       } catch (const std::exception& e) {
+                         self->fail({Kind::kReset, e.what()});
+                       }
+                     });
+      return;
+    case State::kConnecting:
+      queue_.push_back(std::move(frame));
+      return;
+    case State::kReady: {
+      // A sender that is streaming gains from batching more than from the
+      // direct write: its frames queue up for one gathered write on the
+      // strand. A lone frame (request/reply traffic) goes out at once.
+      auto now = std::chrono::steady_clock::now();
+      bool streaming = now - lastSend_ < kStreamingGap;
+      lastSend_ = now;
+      if (!streaming && !writing_ && queue_.empty() && tryWriteDirect(frame)) return;
+      queue_.push_back(std::move(frame));
+      if (!writing_) {
+        writing_ = true;
+        asio::post(strand_, [self = shared_from_this()] { self->startWrite(); });
+      }
+      return;
+    }
+  }
+}
+
+// Latency path: one sendmsg from the sender's thread. Safe beside the strand
+// because no asynchronous write is in flight (writing_ is false), the kernel
+// serialises this write against the pending read, and the socket is closed
+// only after the state leaves kReady, which needs mutex_.
+bool Link::tryWriteDirect(QueuedFrame& frame) {
+  if (frame.message.payload.segments().size() + 2 > kMaxDirectBuffers) return false;
+  struct Iov : iovec {
+    Iov(const char* data, std::size_t size) : iovec{const_cast<char*>(data), size} {}
+  };
+  std::vector<Iov> iov;
+  iov.reserve(frame.message.payload.segments().size() + 2);
+  gatherBuffers(frame.head, frame.message.payload, 0, iov);
+  msghdr msg{};
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = iov.size();
+  ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+    int error = errno;
+    asio::post(strand_, [self = shared_from_this(), error] {
+      self->fail({Kind::kReset, std::string("send failed: ") + std::strerror(error)});
+    });
+    return false;  // the frame stays queued and is handed back by fail()
+  }
+  frame.written = static_cast<std::size_t>(n);
+  return frame.written == frame.size();
+}
+
+void Link::startWrite() {
+  std::vector<asio::const_buffer> buffers;
+  std::size_t frames = 0;
+  std::size_t bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kReady) return;
+    for (auto& frame : queue_) {
+      if (frames == kMaxBatchFrames || (frames > 0 && bytes >= kMaxBatchBytes)) break;
+      gatherBuffers(frame.head, frame.message.payload, frame.written, buffers);
+      bytes += frame.size() - frame.written;
+      ++frames;
+    }
+    if (frames == 0) {
+      writing_ = false;
+      return;
+    }
+  }
+  // Buffers point into queue_ entries: deque::push_back never moves existing
+  // elements, and only this completion pops them.
+  asio::async_write(socket_, buffers,
+                    asio::bind_executor(strand_, [self = shared_from_this(), frames](
+                                                     boost::system::error_code ec, std::size_t) {
+                      if (ec) {
+                        self->fail(connectionError(ec, "write failed"));
+                        return;
+                      }
+                      {
+                        std::lock_guard lock(self->mutex_);
+                        for (std::size_t i = 0; i < frames && !self->queue_.empty(); ++i) {
+                          self->queue_.pop_front();
+                        }
+                      }
+                      self->startWrite();
+                    }));
+}
+
+// Hands queued frames back and closes the link. When error.peerLost() the
+// connection itself broke, which is how a dead process shows; a bad frame
+// closes only this link (SEC-1), and the next send to that peer opens a new one.
+void Link::fail(const LinkError& error) {
+  std::deque<QueuedFrame> lost;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ == State::kDead) return;
+    state_ = State::kDead;
+    error_ = error;
+    lost.swap(queue_);
+  }
+  asio::post(strand_, [self = shared_from_this()] {
+    boost::system::error_code ignored;
+    self->heartbeat_.cancel();
+    self->socket_.close(ignored);
+  });
+  backend_.forget(shared_from_this(), !error.peerLost());
+  for (auto& frame : lost) backend_.callbacks().onSendFailed(peer_, std::move(frame.message), error);
+  if (error.peerLost() && !backend_.stopping()) backend_.reportPeerLost(peer_, error);
+}
+
+bool Link::idle() {
+  std::lock_guard lock(mutex_);
+  return state_ == State::kDead || state_ == State::kIdle || (queue_.empty() && !writing_);
+}
+
+void Link::close() {
+  {
+    std::lock_guard lock(mutex_);
+    state_ = State::kDead;
+  }
+  heartbeat_.cancel();
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+void Link::startHeartbeats() {
+  if (backend_.options().heartbeatInterval.count() == 0) return;
+  lastHeard_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  scheduleHeartbeat();
+}
+
+void Link::scheduleHeartbeat() {
+  const auto interval = backend_.options().heartbeatInterval;
+  heartbeat_.expires_after(interval);
+  heartbeat_.async_wait([self = shared_from_this(), interval](boost::system::error_code ec) {
+    if (ec) return;  // cancelled: the link is closing
+    auto now = std::chrono::steady_clock::now();
+    auto heard = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(self->lastHeard_.load()));
+    auto silence = std::chrono::duration_cast<std::chrono::milliseconds>(now - heard);
+    if (silence > interval * self->backend_.options().heartbeatMisses) {
+      self->fail({Kind::kTimeout, "no sign of life for " + std::to_string(silence.count()) +
+                                      " ms (CROWN_HEARTBEAT_INTERVAL_MS x CROWN_HEARTBEAT_MISSES)"});
+      return;
+    }
+    bool quiet = false;
+    {
+      std::lock_guard lock(self->mutex_);
+      if (self->state_ != State::kReady) return;
+      quiet = now - self->lastSend_ >= interval && self->queue_.empty();
+    }
+    if (quiet) {
+      Rank rank = self->backend_.options().rank;
+      self->send({{wire::MessageKind::kHeartbeat, {rank, 0}, {self->peer_, 0}, 0, ""}, {}});
+    }
+    self->scheduleHeartbeat();
+  });
+}
+
+asio::awaitable<void> Link::connectAndAuthenticate() {
+  const auto& options = backend_.options();
+  asio::steady_timer deadline(strand_);
+  deadline.expires_after(options.connectTimeout + options.authTimeout);
+  bool expired = false;
+  deadline.async_wait([this, &expired](boost::system::error_code ec) {
+    if (ec) return;
+    expired = true;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  });
+  std::string where = backend_.describePeer(peer_);
+  bool connected = false;
+  try {
+    co_await socket_.async_connect(backend_.target(peer_), asio::use_awaitable);
+    connected = true;
+    if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true));
+    socket_.non_blocking(true);
+    remote_ = where;
+
+    std::array<std::uint8_t, kHelloBytes> hello{};
+    co_await asio::async_read(socket_, asio::buffer(hello), asio::use_awaitable);
+    auto serverNonce = decodeHello(hello);
+    if (!serverNonce) throw ProtocolError("peer did not greet with a crown hello");
+    ClientAuth auth{options.rank, randomNonce(), {}};
+    auth.proof = clientProof(options.secret, *serverNonce, auth.nonce, options.rank);
+    auto clientBytes = encodeClientAuth(auth);
+    co_await asio::async_write(socket_, asio::buffer(clientBytes), asio::use_awaitable);
+    Mac answer{};
+    co_await asio::async_read(socket_, asio::buffer(answer), asio::use_awaitable);
+    if (!macEqual(answer, serverProof(options.secret, *serverNonce, auth.nonce, options.rank))) {
+      throw ProtocolError("peer failed to prove it knows the job secret");
+    }
+  } catch (const boost::system::system_error& e) {
+    deadline.cancel();
+    if (expired) throw LinkFailure({Kind::kTimeout, "timed out connecting to " + where});
+    if (!connected) {
+      Kind kind = e.code() == asio::error::connection_refused ? Kind::kRefused : Kind::kReset;
+      throw LinkFailure({kind, "cannot connect to " + where + ": " + e.code().message()});
+    }
+    // The server hangs up on a client whose proof fails (SEC-1).
+    throw LinkFailure({Kind::kAuthFailed, "handshake with " + where + " failed: " +
+                                              e.code().message()});
+  } catch (const std::exception& e) {
+    deadline.cancel();
+    throw LinkFailure({Kind::kAuthFailed, "handshake with " + where + " failed: " + e.what()});
+  }
+  deadline.cancel();
+  bool flush = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kConnecting) co_return;
+    state_ = State::kReady;
+    flush = writing_ = !queue_.empty();
+  }
+  if (flush) startWrite();
+  startHeartbeats();
+  co_await readFrames();
+}
+
+void Link::startServer() {
+  asio::co_spawn(
+      strand_,
+      [self = shared_from_this()]() -> asio::awaitable<void> {
+        if (co_await self->authenticateClient()) {
+          {
+            std::lock_guard lock(self->mutex_);
+            if (self->state_ == State::kIdle) self->state_ = State::kReady;
+          }
+          self->backend_.offerSendLink(self->peer_, self);
+          self->startHeartbeats();
+          co_await self->readFrames();
+        }
+      },
+      [self = shared_from_this()](std::exception_ptr) {
+        self->close();
+        self->backend_.forget(self, false);
+      });
+}
+
+// SEC-1: nothing is read as a frame until the peer has proved it holds the
+// job secret; a peer that stalls is cut off by the deadline.
+asio::awaitable<bool> Link::authenticateClient() {
+  const auto& options = backend_.options();
+  asio::steady_timer deadline(strand_);
+  deadline.expires_after(options.authTimeout);
+  deadline.async_wait([this](boost::system::error_code ec) {
+    if (!ec) close();
+  });
+  try {
+    Nonce serverNonce = randomNonce();
+    auto hello = encodeHello(serverNonce);
+    co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
+    std::array<std::uint8_t, kClientAuthBytes> clientBytes{};
+    co_await asio::async_read(socket_, asio::buffer(clientBytes), asio::use_awaitable);
+    ClientAuth auth = decodeClientAuth(clientBytes);
+    if (auth.rank >= options.size ||
+        !macEqual(auth.proof, clientProof(options.secret, serverNonce, auth.nonce, auth.rank))) {
+      log::get().warn("rejected connection from {}: authentication failed", remote_);
+      co_return false;
+    }
+    Mac answer = serverProof(options.secret, serverNonce, auth.nonce, auth.rank);
+    co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
+    peer_ = auth.rank;
+  } catch (const std::exception& e) {
+    log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
+                    e.what());
+    co_return false;
+  }
+  deadline.cancel();
+  co_return true;
+}
+
+asio::awaitable<void> Link::readFrames() {
+  FrameReader reader(backend_.options().limits);
+  try {
+    for (;;) {
+      auto space = reader.space();
+      std::size_t n = co_await socket_.async_read_some(asio::buffer(space.data(), space.size()),
+                                                       asio::use_awaitable);
+      reader.commit(n);
+      lastHeard_ = std::chrono::steady_clock::now().time_since_epoch().count();
+      while (auto frame = reader.next()) {
+        if (frame->envelope.kind == wire::MessageKind::kHeartbeat) continue;
+        backend_.callbacks().onMessage(peer_, std::move(frame->envelope),
+                                       std::move(frame->payload));
+      }
+    }
+  } catch (const ProtocolError& e) {
+    // SEC-1: a bad frame closes this link and nothing else.
+    log::get().error("closing link with rank {} ({}): {}", peer_, remote_, e.what());
+    fail({Kind::kBadFrame, std::string("link closed after a bad frame: ") + e.what()});
+  } catch (const boost::system::system_error& e) {
+    fail(connectionError(e.code(), "connection lost"));
+  }
+}
+
+}  // namespace crown::transport

@@ -1,0 +1,72 @@
+// Link: one connection of an AsioBackend with one peer. The client side
+// connects and proves it holds the job secret; the server side accepts and
+// checks (SEC-1). Both sides then read frames. A rank writes to a peer over
+// exactly one link, its send link for that peer (ORD-1): the connection it
+// opened, or the one the peer opened first if that came earlier, so that a
+// request and its reply share one connection in both directions.
+//
+// Senders on other threads write straight to the socket when its queue is
+// empty (no thread hop on the latency path) and otherwise append to the
+// queue, which the link's strand drains with one gathered write per batch
+// (coalescing small frames; a payload's segments go out where they lie).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "transport/asio/asio_backend.h"
+
+namespace crown::transport {
+
+class Link : public std::enable_shared_from_this<Link> {
+ public:
+  /// A client link to `peer`; connects on the first send.
+  Link(AsioBackend& backend, Rank peer);
+  /// A server link: `socket` was accepted on `strand`.
+  Link(AsioBackend& backend, Strand strand, Socket socket);
+
+  void startServer();
+  void send(OutMessage message);  // any thread
+  /// Nothing queued or being written (for stop()).
+  bool idle();
+  void close();  // on the strand
+  Strand& strand() { return strand_; }
+
+ private:
+  enum class State { kIdle, kConnecting, kReady, kDead };
+  struct QueuedFrame {
+    std::string head;  // frame header + envelope
+    OutMessage message;
+    std::size_t written = 0;  // bytes of head+payload already on the wire
+    std::size_t size() const { return head.size() + message.payload.size(); }
+  };
+
+  asio::awaitable<void> connectAndAuthenticate();
+  asio::awaitable<bool> authenticateClient();  // server side
+  asio::awaitable<void> readFrames();
+  /// Sends heartbeats while the link is quiet and fails it when the peer is.
+  void startHeartbeats();  // on the strand
+  void scheduleHeartbeat();
+  void startWrite();                      // on the strand
+  void fail(const LinkError& error);      // any thread
+  bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
+
+  AsioBackend& backend_;
+  Rank peer_ = 0;  // a server link learns it in the handshake
+  Strand strand_;
+  Socket socket_;
+  std::string remote_;
+  std::mutex mutex_;
+  State state_ = State::kIdle;
+  std::optional<LinkError> error_;  // why it died (kDead)
+  bool writing_ = false;
+  std::deque<QueuedFrame> queue_;
+  std::chrono::steady_clock::time_point lastSend_{};
+  std::atomic<std::int64_t> lastHeard_{0};  // steady_clock ticks of the last bytes read
+  asio::steady_timer heartbeat_{strand_};
+};
+
+}  // namespace crown::transport

@@ -1,0 +1,132 @@
+// What only the Asio backends do, beyond the conformance suite
+// (conformance_test.cpp): heartbeats on quiet links, silent peers, the
+// listen address, and the routing fabric's choice of backend per peer.
+#include <gtest/gtest.h>
+
+#include "crown/transport/transport.h"
+#include "support/transport_inbox.h"
+
+namespace crown::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+AsioOptions optionsFor(Rank rank, const Secret& secret, std::chrono::milliseconds heartbeat,
+                       std::shared_ptr<IoPool> pool = nullptr, std::string host = "this-host") {
+  AsioOptions options;
+  options.heartbeatInterval = heartbeat;
+  options.heartbeatMisses = 3;
+  options.pool = std::move(pool);
+  options.rank = rank;
+  options.size = 2;
+  options.bindAddress = "127.0.0.1";
+  options.host = std::move(host);
+  options.secret = secret;
+  options.connectTimeout = 2s;
+  options.authTimeout = 2s;
+  return options;
+}
+
+struct Node : crown::testing::TransportInbox {
+  explicit Node(std::unique_ptr<Transport> t) : transport(std::move(t)) {}
+  void send(Rank to, std::string payload) {
+    transport->send(to,
+                    {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
+  }
+  std::unique_ptr<Transport> transport;
+};
+
+void startPair(Node& a, Node& b) {
+  std::vector<std::string> peers{a.transport->address(), b.transport->address()};
+  a.transport->start(peers, a.callbacks());
+  b.transport->start(peers, b.callbacks());
+}
+
+class AsioBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<Transport> make(const AsioOptions& options) {
+    return GetParam() == "tcp" ? std::unique_ptr<Transport>(makeTcpBackend(options))
+                               : std::unique_ptr<Transport>(makeUnixBackend(options));
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Links, AsioBackendTest, ::testing::Values("tcp", "unix"));
+
+TEST_P(AsioBackendTest, HeartbeatsKeepAQuietLinkAlive) {
+  Secret secret = randomSecret();
+  Node a(make(optionsFor(0, secret, 20ms))), b(make(optionsFor(1, secret, 20ms)));
+  startPair(a, b);
+  a.send(1, "before");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  std::this_thread::sleep_for(300ms);  // 15 intervals, 5 times the allowed silence
+  a.send(1, "after");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 2; }));
+  std::lock_guard lock(a.mutex);
+  EXPECT_TRUE(a.lost.empty());
+  EXPECT_TRUE(b.lost.empty());  // heartbeats are consumed, never delivered
+}
+
+TEST_P(AsioBackendTest, ASilentPeerIsLostAfterTheMissedHeartbeats) {
+  Secret secret = randomSecret();
+  auto frozenPool = std::make_shared<IoPool>();
+  frozenPool->start();
+  Node a(make(optionsFor(0, secret, 20ms))), b(make(optionsFor(1, secret, 20ms, frozenPool)));
+  startPair(a, b);
+  a.send(1, "hello");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  // b's threads stop but its sockets stay open: like a hung process or a
+  // cut cable, nothing tells a that b is gone but the silence.
+  frozenPool->stop();
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(a.waitFor([&] { return a.lost.size() == 1; }, 5s));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 40ms);  // not before the misses are up
+  EXPECT_LT(elapsed, 2s);
+  EXPECT_EQ(a.lost[0], 1u);
+  EXPECT_EQ(a.lostWhy[0].kind, LinkError::Kind::kTimeout) << a.lostWhy[0].toString();
+}
+
+TEST(AsioBackend, UnusableAddressIsABootstrapError) {
+  AsioOptions options;
+  options.bindAddress = "203.0.113.77";  // TEST-NET-3: never a local address
+  try {
+    makeTcpBackend(options);
+    FAIL() << "listening on a foreign address succeeded";
+  } catch (const BootstrapError& e) {
+    EXPECT_NE(std::string(e.what()).find("203.0.113.77"), std::string::npos) << e.what();
+  }
+}
+
+// The fabric routes a peer on the same host over its Unix socket, and one
+// on another host over TCP (its Unix address does not reach this host).
+TEST(AsioFabric, PicksUnixOnTheSameHostAndTcpAcrossHosts) {
+  Secret secret = randomSecret();
+  for (std::string host : {"this-host", "other-host"}) {
+    auto a = makeAsioTransport(optionsFor(0, secret, 1000ms));
+    auto b = makeAsioTransport(optionsFor(1, secret, 1000ms, nullptr, host));
+    Addresses offered = decodeAddresses(b->address());
+    ASSERT_EQ(offered.size(), 2u);
+    EXPECT_EQ(offered[0].first, "unix");
+    EXPECT_EQ(offered[1].first, "tcp");
+    // Break the route not taken: only the chosen backend can deliver.
+    Addresses only = host == "this-host" ? Addresses{offered[0], {"tcp", "127.0.0.1:1"}}
+                                         : Addresses{{"unix", offered[0].second}, offered[1]};
+    Node na(std::move(a)), nb(std::move(b));
+    std::vector<std::string> peers{na.transport->address(), encodeAddresses(only)};
+    na.transport->start(peers, na.callbacks());
+    nb.transport->start({na.transport->address(), nb.transport->address()}, nb.callbacks());
+    na.send(1, "over " + host);
+    ASSERT_TRUE(nb.waitFor([&] { return nb.received.size() == 1; })) << host;
+    EXPECT_EQ(nb.received[0].payload, "over " + host);
+  }
+}
+
+TEST(AsioFabric, AGarbledAddressIsAProtocolError) {
+  EXPECT_THROW(decodeAddresses("\x05"), ProtocolError);
+  EXPECT_THROW(decodeAddresses(encodeAddresses({{"tcp", "1.2.3.4:5"}}) + "x"), ProtocolError);
+  Addresses round{{"unix", std::string("name\nhost")}, {"tcp", "10.0.0.1:4242"}};
+  EXPECT_EQ(decodeAddresses(encodeAddresses(round)), round);
+}
+
+}  // namespace
+}  // namespace crown::transport
