@@ -8,7 +8,6 @@
 #include "crown/actor/module.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
-#include "crown/transport/io_pool.h"
 
 namespace crown {
 
@@ -57,7 +56,7 @@ struct Mailboxes::Cell {
   bool claimDrain() { return !mailbox.empty() && !std::exchange(scheduled, true); }
 };
 
-Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<transport::IoPool> pool, ReplyFn reply)
+Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply)
     : proc_(proc),
       pool_(std::move(pool)),
       reply_(std::move(reply)),

@@ -1,5 +1,5 @@
 // Mailboxes: the actors hosted by one Proc, each with its mailbox, drained
-// on the IoPool one message at a time (at most one thread runs an actor).
+// on the Proc's executor one message at a time (at most one thread runs an actor).
 // Numbered messages enter a mailbox in send order (ORD-1, through each
 // actor's ReorderBuffer); a gap that never fills is given up after
 // CROWN_ORDER_GAP_TIMEOUT_MS so nothing waits behind it (DLV-1).
@@ -36,7 +36,7 @@ class Mailboxes {
   using ReplyFn = std::function<void(const wire::Envelope& request, wire::MessageKind kind,
                                      std::string type, wire::Bytes payload)>;
 
-  Mailboxes(Proc& proc, std::shared_ptr<transport::IoPool> pool, ReplyFn reply);
+  Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply);
   ~Mailboxes();
 
   /// Hosts `actor` at `local`; throws ConfigError when the id is taken.
@@ -63,7 +63,7 @@ class Mailboxes {
   void run(Actor& actor, Delivery& delivery);
 
   Proc& proc_;
-  std::shared_ptr<transport::IoPool> pool_;
+  std::shared_ptr<Executor> pool_;
   ReplyFn reply_;
   std::chrono::milliseconds gapTimeout_;
   // Drains queued or running; quiesce() waits for them so that replies they

@@ -86,7 +86,7 @@ struct Proc::Impl {
 
 Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
            std::vector<std::string> peers) {
-  CROWN_CHECK(options.pool != nullptr, "crown::Proc needs an IoPool");
+  CROWN_CHECK(options.pool != nullptr, "crown::Proc needs an executor (Options::pool)");
   CROWN_CHECK(transport != nullptr, "crown::Proc needs a Transport");
   impl_ = std::make_unique<Impl>(*this, std::move(options), std::move(transport));
   impl_->mailboxes.host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");

@@ -17,7 +17,8 @@ constexpr int kMaxThreads = 1024;
 
 }  // namespace
 
-IoPool::IoPool() : impl_(std::make_unique<Impl>()) {
+IoPool::IoPool() : impl_(std::make_shared<Impl>()) {
+  impl_->self = impl_;
   impl_->budget =
       std::chrono::microseconds(env::integer("CROWN_INLINE_BUDGET_US", 2000, 100, 60000000));
 }
@@ -28,7 +29,7 @@ void IoPool::start() {
   std::lock_guard lock(impl_->mutex);
   if (!impl_->workers.empty() || impl_->stopped) return;
   impl_->addRunner();
-  impl_->monitor = std::thread([impl = impl_.get()] { impl->monitorMain(); });
+  impl_->monitor = std::thread([impl = impl_] { impl->monitorMain(); });
 }
 
 namespace {
@@ -73,7 +74,9 @@ void IoPool::stop() {
   if (impl_->monitor.joinable()) impl_->monitor.join();
   for (auto& worker : impl_->workers) {
     if (worker.thread.get_id() == std::this_thread::get_id()) {
-      worker.thread.detach();  // stopping from inside the pool: this thread returns on its own
+      // Stopping from inside the pool: this thread returns on its own, and
+      // the shared state it holds lives until it has.
+      worker.thread.detach();
     } else if (worker.thread.joinable()) {
       worker.thread.join();
     }
@@ -111,7 +114,7 @@ void IoPool::Impl::addRunner() {
   }
   Worker& worker = workers.emplace_back();
   worker.running = true;
-  worker.thread = std::thread([this, &worker] { workerMain(worker); });
+  worker.thread = std::thread([keepAlive = self.lock(), &worker] { keepAlive->workerMain(worker); });
 }
 
 void IoPool::Impl::workerMain(Worker& self) {

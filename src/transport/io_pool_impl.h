@@ -1,4 +1,5 @@
-// IoPool's insides, shared with the Asio transport for its io_context.
+// IoPool's insides; the Asio backends reach its io_context through
+// IoPoolAccess, nothing else does.
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange
@@ -46,6 +47,11 @@ struct IoPool::Impl {
   void runTask(Worker& self, const std::function<void()>& task);
   void enterBlocking(Worker& self);
   void leaveBlocking(Worker& self);
+  std::weak_ptr<Impl> self;  // for the threads' keep-alive
+};
+
+struct IoPoolAccess {
+  static boost::asio::io_context& io(IoPool& pool) { return pool.impl_->io; }
 };
 
 }  // namespace crown::transport

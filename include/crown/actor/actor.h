@@ -1,5 +1,5 @@
 // crown::Actor: a unit of state with typed message handlers. A Proc runs
-// each actor on its IoPool, one message at a time, in arrival order (ORD-1);
+// each actor on its executor, one message at a time, each sender's in send order (ORD-1);
 // different actors of one process run at the same time once one of them
 // takes long (transport/io_pool.h). A handler may block (on a call to
 // another actor, say): the pool adds a thread rather than deadlock.

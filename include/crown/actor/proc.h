@@ -20,6 +20,7 @@
 
 #include "crown/actor/actor.h"
 #include "crown/actor/future.h"
+#include "crown/common/executor.h"
 #include "crown/transport/transport.h"
 
 namespace crown {
@@ -72,7 +73,7 @@ class Proc {
     /// process would otherwise hold V copies of V names each. Null: unknown.
     std::shared_ptr<const std::vector<std::string>> hosts;
     /// Threads for actors and links alike; the transport must run on it too.
-    std::shared_ptr<transport::IoPool> pool;
+    std::shared_ptr<Executor> pool;
     /// stop() also stops the pool. False when several Procs share it (the
     /// simulated procs of SIM-1): then whoever made the pool stops it, after
     /// every Proc's stop() and before any Proc is destroyed.

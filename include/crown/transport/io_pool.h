@@ -18,38 +18,34 @@
 #include <functional>
 #include <memory>
 
+#include "crown/common/executor.h"
+
 namespace crown::transport {
 
-class IoPool {
+class IoPool final : public Executor {
  public:
   IoPool();
-  ~IoPool();
+  ~IoPool() override;
   IoPool(const IoPool&) = delete;
   IoPool& operator=(const IoPool&) = delete;
 
   /// Starts the first thread.
-  void start();
-  /// Runs `task` on whichever pool thread is free.
-  void post(std::function<void()> task);
-  /// Runs `task` on this pool thread once its current task returns (from
-  /// elsewhere: as post). For a current task that does not block after it:
-  /// the deferred task waits for it.
-  void defer(std::function<void()> task);
-  /// Runs `task` on a pool thread once `delay` has passed (not at all if the
-  /// pool stops first).
-  void after(std::chrono::milliseconds delay, std::function<void()> task);
-  /// Stops the io_context and joins the threads (not from a pool thread).
-  void stop();
-  /// True on a thread of this pool.
-  bool inPool() const;
+  void start() override;
+  void post(std::function<void()> task) override;
+  void defer(std::function<void()> task) override;
+  void after(std::chrono::milliseconds delay, std::function<void()> task) override;
+  /// Stops the io_context and joins the threads; a pool thread that calls it
+  /// ends once its task returns (it keeps the pool's state alive till then).
+  void stop() override;
+  bool inPool() const override;
   /// Threads running the io_context now (not parked, not blocked).
   int runningThreads() const;
 
   struct Impl;
-  Impl& impl() { return *impl_; }
 
  private:
-  std::unique_ptr<Impl> impl_;
+  friend struct IoPoolAccess;  // the transport's Asio backends (io_pool_impl.h)
+  std::shared_ptr<Impl> impl_;  // shared with its threads, which may outlive a stop from inside
 };
 
 }  // namespace crown::transport

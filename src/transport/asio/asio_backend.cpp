@@ -48,7 +48,7 @@ AsioBackend::AsioBackend(Kind kind, const AsioOptions& options)
       options_(options),
       pool_(options.pool ? options.pool : std::make_shared<IoPool>()),
       ownsPool_(!options.pool),
-      acceptStrand_(asio::make_strand(pool_->impl().io)),
+      acceptStrand_(asio::make_strand(IoPoolAccess::io(*pool_))),
       acceptor_(acceptStrand_) {
   GenericEndpoint endpoint;
   std::string where;
@@ -85,7 +85,7 @@ AsioBackend::AsioBackend(Kind kind, const AsioOptions& options)
 
 AsioBackend::~AsioBackend() { stop(0ms); }
 
-asio::io_context& AsioBackend::io() { return pool_->impl().io; }
+asio::io_context& AsioBackend::io() { return IoPoolAccess::io(*pool_); }
 
 bool AsioBackend::reaches(const std::string& address) const {
   if (address.empty()) return false;

@@ -16,7 +16,7 @@ class LocalHub {
  public:
   LocalHub(std::shared_ptr<IoPool> pool, Rank size, wire::FrameLimits limits)
       : pool_(std::move(pool)), size_(size), limits_(limits) {
-    for (Rank r = 0; r < size; ++r) strands_.push_back(asio::make_strand(pool_->impl().io));
+    for (Rank r = 0; r < size; ++r) strands_.push_back(asio::make_strand(IoPoolAccess::io(*pool_)));
     members_.assign(size, nullptr);
     callbacks_.resize(size);
     disconnected_.assign(size, false);

@@ -101,6 +101,8 @@ class LocalJob : public Job {
 struct Backend {
   std::string name;
   std::function<std::unique_ptr<Job>(const JobOptions&)> make;
+  // GoogleTest prints parameters; without this it dumps their bytes.
+  friend void PrintTo(const Backend& backend, std::ostream* out) { *out << backend.name; }
 };
 
 Backend tcp() {

@@ -79,5 +79,24 @@ TEST(IoPool, ExtraThreadsParkWhenTheRushIsOver) {
   EXPECT_EQ(pool.runningThreads(), 1);
 }
 
+// A pool stopped and dropped by one of its own tasks: that thread returns
+// into the pool's run loop afterwards, so the loop's state must outlive the
+// pool object (tests/CMakeLists.txt runs this one under valgrind too, where
+// a use after free fails it).
+TEST(IoPool, StoppedAndDroppedFromItsOwnThread) {
+  auto pool = std::make_shared<IoPool>();
+  pool->start();
+  std::promise<void> done;
+  std::weak_ptr<IoPool> watch = pool;
+  pool->post([&pool, &done] {
+    pool->stop();
+    pool.reset();  // the last owner: ~IoPool runs on this pool thread
+    done.set_value();
+  });
+  ASSERT_EQ(done.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(watch.expired());
+  std::this_thread::sleep_for(200ms);  // the detached thread leaves its loop
+}
+
 }  // namespace
 }  // namespace crown::transport
