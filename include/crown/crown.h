@@ -3,6 +3,7 @@
 
 #include "crown/actor/actor.h"
 #include "crown/actor/future.h"
+#include "crown/actor/mpi_service.h"
 #include "crown/actor/ref.h"
 #include "crown/actor/spawn.h"
 #include "crown/bootstrap/controller.h"

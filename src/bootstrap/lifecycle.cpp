@@ -17,8 +17,8 @@ class ShutdownAgent : public Actor {
 
 }  // namespace
 
-Proc::ModuleFactory Lifecycle::factory() {
-  return [] { return std::make_unique<Lifecycle>(); };
+Proc::ModuleFactory Lifecycle::factory(std::shared_ptr<MpiService> mpi) {
+  return [mpi] { return std::make_unique<Lifecycle>(mpi); };
 }
 
 Lifecycle& Lifecycle::of(Proc& proc) {
@@ -45,6 +45,9 @@ void Lifecycle::peerLost(Rank peer, const std::string& reason) {
   }
   unexpectedLoss_ = true;
   log::get().warn("lost rank {}: {}", peer, reason);
+  // Only before shutdown (the return above): a neighbour that closes its
+  // links after the shutdown barrier is not lost, and MPI_Finalize needs it.
+  if (mpi_) mpi_->abandonPeer(peer, reason);
   // A worker whose controller is gone has nobody left to serve.
   if (peer == 0 && proc_->rank() != 0) requestShutdown(1);
 }

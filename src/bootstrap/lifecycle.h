@@ -2,15 +2,19 @@
 // job's shutdown (SHT-1). Its shutdown agent takes the controller's
 // Shutdown; a worker whose controller is lost shuts itself down with 1; and
 // it remembers whether a rank was lost before shutdown began, for
-// Runtime::finish's "skip MPI_Finalize after a loss" rule. Thread-safe.
+// Runtime::finish's "skip MPI_Finalize after a loss" rule. A rank lost
+// before shutdown is also abandoned by the MPI service, so that MPI
+// operations waiting on it fail instead of hanging (DLV-1). Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
 
 #include "crown/actor/module.h"
+#include "crown/actor/mpi_service.h"
 
 namespace crown::detail {
 
@@ -28,7 +32,9 @@ struct Shutdown {
 
 class Lifecycle : public Proc::Module {
  public:
-  static Proc::ModuleFactory factory();
+  /// `mpi`: the service whose operations with a lost rank fail (null: none).
+  static Proc::ModuleFactory factory(std::shared_ptr<MpiService> mpi);
+  explicit Lifecycle(std::shared_ptr<MpiService> mpi) : mpi_(std::move(mpi)) {}
   /// The lifecycle module of `proc`; throws crown::Error when it has none.
   static Lifecycle& of(Proc& proc);
 
@@ -49,6 +55,7 @@ class Lifecycle : public Proc::Module {
   int waitForShutdown();
 
  private:
+  std::shared_ptr<MpiService> mpi_;
   Proc* proc_ = nullptr;
   std::uint64_t agent_ = 0;
   std::mutex mutex_;

@@ -1,32 +1,133 @@
 // The MPI service thread (THR-1): the one thread that calls MPI, from
-// MPI_Init_thread to MPI_Finalize. Others submit closures and wait.
+// MPI_Init_thread to MPI_Finalize, and bootstrap's implementation of
+// crown::MpiService. Its parts:
+//   mpi_service.cpp  the thread, its queues and the progress loop (MPI_Testsome,
+//                    back-off, abandonment of a lost peer's operations)
+//   mpi_ops.cpp      the typed operations and the communicators (commAlong)
+// Queues and the pending table are shared under mutex_; everything else
+// (the active operations, the MPI_Comm handles) belongs to the service thread.
 #pragma once
 
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "crown/actor/mpi_service.h"
 
 namespace crown::detail {
 
-class MpiService {
+class MpiService final : public crown::MpiService {
  public:
   MpiService();
-  ~MpiService();
+  ~MpiService() override;
 
-  /// Runs `fn` on the service thread and waits; rethrows what it throws.
-  void call(std::function<void()> fn);
+  /// After bootstrap, on the service thread: `world` becomes Comm::world()
+  /// (the service does not own it) and `hosts` name the ranks in ProcessLost.
+  void adoptWorld(MPI_Comm world, std::vector<std::string> hosts);
+  /// Fails what is still pending, frees the communicators made by commAlong,
+  /// then runs `step` (MPI_Finalize) on the service thread; later operations
+  /// fail at once. Rethrows what `step` throws.
+  void finalize(std::function<void()> step);
+
+  void call(std::function<void()> fn) override;
+  Future<void> submit(std::string what, Start start, std::vector<Rank> peers) override;
+  Future<void> send(Comm comm, Rank peer, int tag, const void* data, std::size_t bytes) override;
+  Future<std::size_t> recv(Comm comm, Rank peer, int tag, void* data, std::size_t bytes) override;
+  Future<void> broadcast(Comm comm, void* data, std::size_t bytes, Rank root) override;
+  Future<void> allreduce(Comm comm, void* data, std::size_t count, DType type,
+                         ReduceOp op) override;
+  Future<void> barrier(Comm comm) override;
+  Comm commAlong(const std::vector<std::size_t>& sizes, std::size_t dim) override;
+  Rank commRank(Comm comm) const override;
+  std::vector<Rank> commMembers(Comm comm) const override;
+  const void* nativeComm(Comm comm) const override;
+  void abandonPeer(Rank peer, std::string reason) override;
+  std::thread::id threadId() const override { return threadId_; }
+  Stats stats() const override;
 
  private:
-  void loop();
+  using Clock = std::chrono::steady_clock;
+  enum class Kind { pointToPoint, collective, generic };
 
-  std::mutex mutex_;
+  // One asynchronous operation, owned by the service thread once started.
+  struct Op {
+    std::uint64_t id = 0;
+    Kind kind = Kind::generic;
+    std::string what;
+    std::vector<Rank> peers;                         // world ranks whose loss fails it
+    std::function<void(MPI_Request&)> post;          // typed: posts the MPI call
+    std::function<void(const MPI_Status&)> succeed;  // completes the future
+    Start start;                                     // generic
+    Poll poll;                                       // generic, once started
+    std::optional<Clock::time_point> cancelledAt;    // p2p abandoned: MPI_Cancel posted
+  };
+  // What any thread needs to fail an operation (abandonPeer, finalize).
+  struct Pending {
+    std::vector<Rank> peers;
+    std::function<void(std::exception_ptr)> fail;
+  };
+  struct CommInfo {
+    MPI_Comm comm = MPI_COMM_NULL;
+    Rank rank = 0;
+    std::vector<Rank> members;  // world ranks, by rank in the communicator
+  };
+
+  // Registers a typed operation on `comm` (with `peer`, a rank in it, for
+  // point-to-point) and queues it for the service thread, where `post`
+  // posts it and `value` reads its result; the future fails at once when a
+  // peer is lost or MPI is gone.
+  template <class T>
+  Future<T> enqueue(std::string what, Kind kind, Comm comm, std::optional<Rank> peer,
+                    std::function<void(MPI_Comm, MPI_Request&)> post,
+                    std::function<T(const MPI_Status&)> value);
+  // Common tail of enqueue and submit: the pending entry and the queue.
+  void admit(std::unique_ptr<Op> op, std::function<void(std::exception_ptr)> fail);
+  std::exception_ptr lostError(Rank peer, const std::string& reason) const;  // under mutex_
+  const CommInfo& info(Comm comm) const;  // under mutex_; throws ConfigError for an unknown one
+
+  void loop();
+  void startOp(std::unique_ptr<Op> op);
+  bool progress();  // one pass over the active operations; true when something moved
+  void applyAbandon(Rank peer);
+  void complete(std::uint64_t id, const std::function<void()>& fill);
+  void fail(std::uint64_t id, std::exception_ptr error);
+  void failEverything(const std::string& why);
+
+  std::thread::id threadId_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
+  // Shared, under mutex_.
   std::deque<std::packaged_task<void()>> tasks_;
+  std::deque<std::unique_ptr<Op>> incoming_;
+  std::deque<Rank> abandons_;
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::map<Rank, std::string> lost_;  // abandoned peers and why
+  std::deque<CommInfo> comms_;        // by Comm id; [0] is the world once adopted (a deque:
+                                      // nativeComm's pointers stay valid as it grows)
+  std::map<std::pair<std::vector<std::size_t>, std::size_t>, Comm> along_;
+  std::vector<std::string> hosts_;
+  std::uint64_t nextId_ = 1;
+  bool finalized_ = false;
   bool stopping_ = false;
-  std::thread thread_;
+  std::atomic<std::uint64_t> splits_{0}, completed_{0}, failed_{0};
+  std::atomic<std::size_t> draining_{0};
+  // The service thread's own.
+  std::vector<std::unique_ptr<Op>> typed_;  // typed_[i] waits on requests_[i]
+  std::vector<MPI_Request> requests_;
+  std::vector<std::unique_ptr<Op>> generic_;
+  std::thread thread_;  // last: starts after every member above is built
 };
 
 }  // namespace crown::detail

@@ -12,6 +12,7 @@
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
 #include "crown/actor/agent.h"
+#include "crown/actor/mpi_service.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/mesh/module.h"
@@ -173,7 +174,9 @@ void broadcastText(std::string& text, MPI_Comm comm) {
 }  // namespace
 
 struct Runtime::Mpi {
-  detail::MpiService service;
+  // Shared with the Proc (Proc::Options::mpi), which may be destroyed after
+  // it; MPI_Finalize still runs on it, last, in finish().
+  std::shared_ptr<detail::MpiService> service = std::make_shared<detail::MpiService>();
   MPI_Comm comm = MPI_COMM_NULL;
   bool ownsMpi = false;  // crown initialised MPI, so crown finalises it
 };
@@ -190,7 +193,7 @@ Runtime& Runtime::current() {
   return *g_runtime;
 }
 
-void Runtime::onMpiThread(std::function<void()> fn) { mpi_->service.call(std::move(fn)); }
+void Runtime::onMpiThread(std::function<void()> fn) { mpi_->service->call(std::move(fn)); }
 
 Runtime& Runtime::init(int* argc, char*** argv) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
@@ -216,6 +219,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     throw BootstrapError("crown bootstrap failed:" + failures);
   }
   self.addresses_ = transport::decodeAddresses(peers[topo.rank]);
+  // From here on MPI is reached through the service's operations too.
+  self.mpi_->service->adoptWorld(self.mpi_->comm, topo.hostNames);
 
   // The modules of every rank's Proc, in the same order on every rank.
   Proc::Options procOptions{topo.rank,
@@ -223,7 +228,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
                             std::make_shared<const std::vector<std::string>>(topo.hostNames),
                             pool,
                             /*stopsPool=*/true,
-                            {detail::Lifecycle::factory(), mesh::meshModule()}};
+                            {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule()},
+                            self.mpi_->service};
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;
 
@@ -261,7 +267,18 @@ void Runtime::finish(int code) {
     peerLost = lifecycle.ranksLost();
     // Every rank marks itself shutting down before any closes its links, so
     // no survivor takes a neighbour's orderly exit for a crash.
-    if (!peerLost) shutdownStep("MPI_Barrier", [this] { CROWN_CHECK_MPI(MPI_Barrier(mpi_->comm)); });
+    if (!peerLost) {
+      // Nonblocking, so that a rank lost now fails it (abandonPeer) rather
+      // than freezing the service thread.
+      try {
+        mpi_->service->barrier(Comm::world()).get();
+      } catch (const ProcessLost& e) {
+        log::get().warn("shutdown: the MPI barrier lost a rank: {}", e.what());
+        peerLost = true;
+      } catch (const std::exception& e) {
+        log::get().error("shutdown: MPI_Ibarrier failed: {}", e.what());
+      }
+    }
     proc_->stop(env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s));
   }
   std::fflush(stdout);
@@ -271,19 +288,16 @@ void Runtime::finish(int code) {
     std::fflush(stderr);
     ::_exit(code);
   }
-  shutdownStep("MPI_Finalize", [this] {
-    if (mpi_->comm != MPI_COMM_NULL) CROWN_CHECK_MPI(MPI_Comm_free(&mpi_->comm));
-    if (mpi_->ownsMpi) CROWN_CHECK_MPI(MPI_Finalize());  // an adopted MPI is finalised by its owner
-  });
-}
-
-// Shutdown goes on past a failed MPI step: the process is leaving anyway,
-// and its exit code is already decided.
-void Runtime::shutdownStep(const char* what, std::function<void()> step) {
+  // The service fails what is still pending and frees its communicators
+  // first. A failed step is logged and shutdown goes on: the process is
+  // leaving anyway, and its exit code is already decided.
   try {
-    onMpiThread(std::move(step));
+    mpi_->service->finalize([this] {
+      if (mpi_->comm != MPI_COMM_NULL) CROWN_CHECK_MPI(MPI_Comm_free(&mpi_->comm));
+      if (mpi_->ownsMpi) CROWN_CHECK_MPI(MPI_Finalize());  // an adopted MPI: its owner's
+    });
   } catch (const std::exception& e) {
-    log::get().error("shutdown: {} failed: {}", what, e.what());
+    log::get().error("shutdown: MPI_Finalize failed: {}", e.what());
   }
 }
 

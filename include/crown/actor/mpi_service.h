@@ -1,20 +1,164 @@
 // MpiService: how the layers above the actor kernel (tensor collectives,
 // RDMA windows, ...) reach MPI without seeing bootstrap's internals or
-// mpi.h. Bootstrap implements it with the MPI service thread (THR-1);
-// Proc::mpi() hands it out.
+// mpi.h. Bootstrap implements it with the MPI service thread (THR-1: after
+// bootstrap only that thread calls MPI); Proc::mpi() hands it out.
 //
-// PLACEHOLDER interface, to be completed by the asynchronous MPI service.
+// Two ways in: call() runs a closure on the service thread and waits; the
+// asynchronous operations (send, recv, broadcast, allreduce, barrier, and
+// submit() for any other MPI call) post nonblocking MPI calls there and
+// return a Future that the service's progress loop completes when MPI_Test*
+// says done. The loop sleeps on a condition variable while nothing is in
+// flight, and never blocks in MPI_Wait, so one operation stuck on a blocked
+// or lost peer never freezes the others (abandonPeer fails it, DLV-1).
+//
+// Thread-safe: any thread may call any method (except nativeComm, which is
+// for the service thread). Futures complete on the service thread: keep
+// their continuations short, and never wait on MPI work in them.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crown/actor/future.h"
+#include "crown/common/error.h"
 
 namespace crown {
 
+/// Element types of the typed collectives (no half types: MPI has none).
+enum class DType : std::uint8_t { i8, u8, i32, u32, i64, u64, f32, f64 };
+/// Reductions of allreduce.
+enum class ReduceOp : std::uint8_t { sum, prod, min, max };
+
+/// Bytes per element of `type`.
+constexpr std::size_t dtypeSize(DType type) {
+  switch (type) {
+    case DType::i8:
+    case DType::u8:
+      return 1;
+    case DType::i32:
+    case DType::u32:
+    case DType::f32:
+      return 4;
+    case DType::i64:
+    case DType::u64:
+    case DType::f64:
+      return 8;
+  }
+  return 0;
+}
+
+/// A communicator of the MPI service: an opaque handle that the service maps
+/// to an MPI_Comm. Comm::world() is every rank of the launch (crown's own
+/// duplicate of MPI_COMM_WORLD); commAlong() makes the others. Ids are given
+/// out in creation order, so ranks that create the same communicators in the
+/// same order (as they must: creation is collective) hold the same ids.
+class Comm {
+ public:
+  constexpr Comm() = default;
+  constexpr explicit Comm(std::uint32_t id) : id_(id) {}
+  static constexpr Comm world() { return Comm(0); }
+  constexpr std::uint32_t id() const { return id_; }
+  friend constexpr bool operator==(Comm, Comm) = default;
+
+ private:
+  std::uint32_t id_ = 0;
+};
+
 class MpiService {
  public:
+  /// Called by the progress loop until it returns true (done). Throwing fails the operation.
+  using Poll = std::function<bool()>;
+  /// Runs once on the service thread: posts nonblocking MPI calls and returns their Poll.
+  using Start = std::function<Poll()>;
+
+  struct Stats {
+    std::uint64_t splits = 0;     ///< MPI_Comm_split calls made by commAlong
+    std::uint64_t completed = 0;  ///< operations whose future got its value
+    std::uint64_t failed = 0;     ///< operations failed by the service (not bad arguments)
+    std::size_t pending = 0;      ///< operations submitted and not yet finished by the service
+    std::size_t draining = 0;     ///< abandoned requests still polled until MPI lets go of them
+  };
+
   virtual ~MpiService() = default;
+
   /// Runs `fn` on the MPI service thread and waits; rethrows what it throws.
+  /// Served while asynchronous operations are in flight. From the service
+  /// thread itself (a future's continuation) it runs `fn` at once. `fn` that
+  /// blocks in MPI (a blocking collective) holds up every operation until it
+  /// returns: prefer the asynchronous operations.
   virtual void call(std::function<void()> fn) = 0;
+
+  /// The generic asynchronous operation, for MPI calls the typed ones do not
+  /// cover: `start` runs on the service thread, posts its MPI calls and
+  /// returns the Poll that the loop then calls (each pass, on the service
+  /// thread) until it returns true. `what` names it in errors. `peers`: the
+  /// world ranks whose loss (abandonPeer) fails it; then its Poll is dropped
+  /// without another call, and what it posted is left to MPI.
+  virtual Future<void> submit(std::string what, Start start, std::vector<Rank> peers) = 0;
+
+  // The typed operations. Ranks (peer, root) are ranks in `comm`; buffers stay
+  // the caller's and must stay valid until the future completes (and, for an
+  // abandoned collective, past that: see abandonPeer). Sizes up to INT_MAX
+  // bytes (elements for allreduce); larger ones fail with ConfigError. MPI
+  // errors (a truncated receive, say) fail the future with BootstrapError.
+  //
+  // Operations are posted on the service thread in the order they were
+  // submitted (one queue), so collectives on one communicator match across
+  // ranks when each rank submits them in the same order, as MPI requires;
+  // submitting them from several threads of one rank leaves that order to
+  // chance. A Future::get(timeout) that gives up does not cancel the MPI
+  // operation: it goes on, using its buffer, until MPI completes it.
+
+  /// MPI_Isend of `bytes` bytes to `peer` with `tag` (0..32767).
+  virtual Future<void> send(Comm comm, Rank peer, int tag, const void* data, std::size_t bytes) = 0;
+  /// MPI_Irecv of at most `bytes` bytes from `peer` with `tag`; the future
+  /// holds the number of bytes received. A longer message fails it.
+  virtual Future<std::size_t> recv(Comm comm, Rank peer, int tag, void* data,
+                                   std::size_t bytes) = 0;
+  /// MPI_Ibcast of `bytes` bytes from `root` to every rank of `comm`.
+  virtual Future<void> broadcast(Comm comm, void* data, std::size_t bytes, Rank root) = 0;
+  /// MPI_Iallreduce in place of `count` elements of `type`.
+  virtual Future<void> allreduce(Comm comm, void* data, std::size_t count, DType type,
+                                 ReduceOp op) = 0;
+  /// MPI_Ibarrier over `comm`.
+  virtual Future<void> barrier(Comm comm) = 0;
+
+  /// The communicator along dimension `dim` of a row-major mesh of `sizes`
+  /// over the world ranks (their product must be the world size): the ranks
+  /// whose coordinates differ from this rank's in `dim` only, ordered by
+  /// their coordinate in `dim`. Made with MPI_Comm_split on the first
+  /// request and cached: the same (sizes, dim) returns the same Comm without
+  /// another split. MPI_Comm_split is collective and blocking: every rank
+  /// must make its first request for each (sizes, dim) in the same order,
+  /// and the service thread waits in it until they all have, so make the
+  /// communicators at setup (when a mesh is made), not while a peer may be lost.
+  virtual Comm commAlong(const std::vector<std::size_t>& sizes, std::size_t dim) = 0;
+  /// This rank's rank in `comm`.
+  virtual Rank commRank(Comm comm) const = 0;
+  /// The world ranks of `comm`'s members, by their rank in `comm`.
+  virtual std::vector<Rank> commMembers(Comm comm) const = 0;
+  /// The MPI_Comm behind `comm`, as a pointer to it: cast it to const
+  /// MPI_Comm* in a source file that includes mpi.h, and use it on the service
+  /// thread only (in submit's Start and Poll). Valid until MPI is finalised.
+  virtual const void* nativeComm(Comm comm) const = 0;
+
+  /// World rank `peer` is lost (or blocked for good): every pending
+  /// operation that involves it fails at once with ProcessLost, later ones
+  /// fail as they are submitted, and the service serves the others on.
+  /// Point-to-point requests are cancelled (MPI_Cancel) and polled until MPI
+  /// lets go of them (at most a grace period, then MPI_Request_free).
+  /// Collectives cannot be cancelled in MPI: they are failed and no longer
+  /// polled, and MPI may still touch their buffers, so keep those alive (a
+  /// communicator that lost a member is unusable for collectives anyway).
+  virtual void abandonPeer(Rank peer, std::string reason) = 0;
+
+  /// The service thread: every MPI call after bootstrap is made on it (THR-1).
+  virtual std::thread::id threadId() const = 0;
+  virtual Stats stats() const = 0;
 };
 
 }  // namespace crown

@@ -2,7 +2,8 @@
 // "Process model"): MPI (or the MPI mpi4py already initialised), the
 // topology, the job secret, the authenticated TCP fabric, and this rank's
 // Proc. After bootstrap only the MPI service thread calls MPI (THR-1): other
-// code reaches MPI through onMpiThread().
+// code reaches MPI through onMpiThread(), or the service's asynchronous
+// operations through Proc::mpi() (crown/actor/mpi_service.h).
 #pragma once
 
 #include <chrono>
@@ -57,7 +58,6 @@ class Runtime {
 
  private:
   Runtime();
-  void shutdownStep(const char* what, std::function<void()> step);
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   Topology topology_;
