@@ -1,13 +1,23 @@
 """What the C++ PyActor calls, on the rank that hosts the actor (with the GIL).
 
 construct() builds the actor from its pickled (class, args, kwargs);
-dispatch() runs one pickled endpoint call and returns its pickled outcome: a
-tag byte, then the value or the raised exception (as the exception itself when
-it pickles, always as its type, message and traceback text). So a Python
-exception travels as a value and the caller raises ActorError from it.
+dispatch() runs one pickled endpoint call and returns its outcome: a tag
+byte, then the pickled value or, when the endpoint raised, the exception.
+For a call with a caller (call, call_one, choose, stream) the exception is
+pickled (as itself when it pickles, always as its type, message and
+traceback text), so it travels as a value and the caller raises ActorError
+from it. For a call that nobody answers to (broadcast, a port's send) or
+whose replies are folded (Accumulator), it is a text report with the
+traceback: the C++ PyActor throws it, so a one-way failure is logged on its
+rank and handed to the supervision path, and a fold fails that member.
+
+combine() runs an Accumulator's function at a cast-tree hop (reducer keys
+"py:<base64 pickle>", resolved in python/src/bind_reduce.cpp).
 """
 
 import asyncio
+import base64
+import functools
 import inspect
 import threading
 import traceback
@@ -54,9 +64,12 @@ def _endpoint_function(cls, name):
     return function
 
 
-def dispatch(instance, payload: bytes) -> bytes:
+def dispatch(instance, payload: bytes, report: bool = False) -> bytes:
+    """report: an exception comes back as RAISED + its text report (utf-8),
+    not pickled, for the C++ side to throw."""
     outer = current_instance()
     _current.instance = instance
+    name = None
     try:
         name, args, kwargs = _pickle.loads(payload)
         result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
@@ -65,6 +78,11 @@ def dispatch(instance, payload: bytes) -> bytes:
         return VALUE + _pickle.dumps(result)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
         text = traceback.format_exc()
+        if report:
+            where = f"endpoint {name!r}" if name is not None else "a call that did not unpickle"
+            return RAISED + (f"{where} of {type(instance).__qualname__} raised "
+                             f"{type(error).__qualname__}: {error}\n{text}").encode(
+                                 "utf-8", "backslashreplace")
         try:
             original = _pickle.dumps(error)
         except Exception:  # an exception that does not pickle still reports its text
@@ -72,3 +90,43 @@ def dispatch(instance, payload: bytes) -> bytes:
         return RAISED + _pickle.dumps((original, type(error).__qualname__, str(error), text))
     finally:
         _current.instance = outer
+
+
+def release(instance) -> None:
+    """The actor was stopped: close its event loop (a selector and two sockets)."""
+    loop = instance.__dict__.pop("_crown_loop", None)
+    if loop is not None and not loop.is_running():
+        loop.close()
+
+
+REDUCER_PREFIX = "py:"
+
+
+def reducer_key(combine) -> str:
+    """The reducer key that carries combine to every hop of a cast."""
+    return REDUCER_PREFIX + base64.b64encode(_pickle.dumps(combine)).decode("ascii")
+
+
+@functools.lru_cache(maxsize=64)
+def _combine_function(key: str):
+    # Once per function and process, not per hop and message.
+    return _pickle.loads(base64.b64decode(key[len(REDUCER_PREFIX):]))
+
+
+def combine(key: str, a: bytes, b: bytes) -> bytes:
+    """Folds two outcomes (VALUE + pickle) with the function key carries;
+    RAISED + a text report (utf-8) when it raises."""
+    function = None
+    try:
+        function = _combine_function(key)
+        return VALUE + _pickle.dumps(function(_pickle.loads(a[1:]), _pickle.loads(b[1:])))
+    except BaseException as error:  # noqa: BLE001 - it fails that member, not the process
+        from . import _crown
+
+        if function is None:
+            name = "(which did not unpickle here)"
+        else:
+            name = getattr(function, "__qualname__", None) or repr(function)
+        return RAISED + (f"the Accumulator's combine function {name} raised "
+                         f"{type(error).__qualname__} on rank {_crown.rank()}: {error}\n"
+                         f"{traceback.format_exc()}").encode("utf-8", "backslashreplace")

@@ -9,25 +9,33 @@ Actors are classes deriving from :class:`Actor` whose methods marked
     counters.incr.choose().get()       # one actor, a different one each time
     for value in counters.incr.stream(): ...
     counters.incr.broadcast()          # no replies
+    counters.stop().get()              # the actors go; later calls fail
 
 Calls travel through crown's C++ runtime (casts through multicast trees);
 arguments and results are pickled (protocol 5, arrays out of band). Every
 rank runs the same script, so classes and functions defined in it exist
-everywhere; anything else travels by value (cloudpickle).
+everywhere; anything else travels by value (cloudpickle). An endpoint that
+raises in a call with no caller (broadcast, a port's send) is logged on its
+rank with its traceback and handed to crown's supervision path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
+import math
+import queue
 import threading
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _crown, _pickle, _runtime
 
 __all__ = [
     "Actor", "endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
-    "ActorError", "SupervisionError", "MeshError", "Channel", "Port", "PortReceiver",
+    "ActorError", "ActorStoppedError", "SupervisionError", "MeshError", "Channel", "Port",
+    "PortReceiver",
     "Accumulator", "current_rank", "current_size", "context", "this_host", "HostMesh",
 ]
 
@@ -49,6 +57,11 @@ class ActorError(_crown.RemoteActorError):
         self.remote_type = remote_type
         self.traceback = traceback
         self.exception = exception
+
+
+class ActorStoppedError(ActorError, _crown.ActorStoppedError):
+    """A call reached an actor that was stopped (ActorMesh.stop). Both an
+    ActorError (``rank``, ``actor``) and crown's ActorStoppedError."""
 
 
 class Actor:
@@ -98,6 +111,8 @@ def _entry_error(error: tuple, actor: str):
         exc = SupervisionError(message)
         exc.rank, exc.host = rank, host
         return exc
+    if kind == "stopped":
+        return ActorStoppedError(message, rank=rank, actor=actor, remote_type=kind)
     return ActorError(message, rank=rank, actor=actor, remote_type=kind)
 
 
@@ -264,6 +279,17 @@ class ActorMesh(_Sliceable):
         ref = self.__dict__[name] = EndpointRef(self, name)  # found directly from now on
         return ref
 
+    def stop(self) -> Future:
+        """Stops every actor of this mesh (or slice) once its current message
+        is handled, and every proc forgets them (Monarch's ActorMesh.stop).
+        Blocks until each live member has stopped (a lost one counts as
+        stopped); raises MeshError naming any that could not be. Later calls
+        to them fail with ActorStoppedError. Returns a Future that is already
+        done, so ``mesh.stop().get()`` and ``await mesh.stop()`` read as in
+        Monarch."""
+        _crown.stop_mesh(self._shape, self._local)
+        return Future(lambda timeout: None)
+
     def __reduce__(self):
         return (ActorMesh, (self._shape, self._local, self._cls, self._name))
 
@@ -309,7 +335,14 @@ class EndpointRef:
         pending = _crown.request(rank, self._mesh._local, payload)
 
         def wait(timeout):
-            value = _outcome(pending.get(timeout), rank, self._mesh._name)
+            try:
+                payload = pending.get(timeout)
+            except _crown.ActorStoppedError as e:
+                if isinstance(e, ActorStoppedError):
+                    raise
+                raise ActorStoppedError(str(e), rank=rank, actor=self._mesh._name,
+                                        remote_type="stopped") from None
+            value = _outcome(payload, rank, self._mesh._name)
             if isinstance(value, ActorError):
                 raise value
             return value
@@ -352,75 +385,120 @@ class EndpointRef:
 
 
 class Accumulator:
-    """Calls an endpoint on every actor and folds the replies:
-    ``Accumulator(counters.value, 0, operator.add).accumulate().get()``."""
+    """Calls an endpoint on every actor and folds the replies up the cast tree:
+    ``Accumulator(counters.value, 0, operator.add).accumulate().get()``.
+
+    Each hop of the tree folds the replies of its subtree with ``combine``
+    (which travels pickled with the cast, by value when it must), so the
+    caller receives one value, not one per actor. ``combine`` must be
+    associative and commutative (replies fold in arrival order);
+    ``identity`` is folded in once, on the caller: ``combine(identity,
+    folded)``. An endpoint or a combine that raises fails the result with
+    MeshError naming the ranks whose replies could not be folded, with the
+    error and its traceback."""
 
     def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any]):
         self._endpoint, self._identity, self._combine = endpoint_ref, identity, combine
+        self._key = _runtime.reducer_key(combine)  # TypeError here if combine cannot travel
 
     def accumulate(self, *args, **kwargs) -> Future:
-        call = self._endpoint.call(*args, **kwargs)
+        ref = self._endpoint
+        mesh = ref._mesh
+        pending = _crown.cast_reduce(mesh._shape, mesh._local, ref._payload(args, kwargs),
+                                     self._key)
 
         def wait(timeout):
-            total = self._identity
-            for value in call.get(timeout).values():
-                total = self._combine(total, value)
-            return total
+            outcome = pending.get(timeout)  # MeshError when a member or a fold failed
+            return self._combine(self._identity, _pickle.loads(outcome[1:]))
 
         return Future(wait)
 
 
 # Channels: a Port is a picklable address that actors send values to; its
-# PortReceiver, on the rank that opened the channel, receives them in order.
-_receivers: Dict[int, "PortReceiver"] = {}
-_next_port = iter(range(1, 1 << 62))
+# PortReceiver, on the process that opened the channel, receives them in
+# order. One port actor per process (spawned by the first Channel.open there)
+# routes every value by port id to its receiver's queue.
+_receivers: Dict[int, "queue.Queue"] = {}  # port id -> the open receiver's queue
+_next_port = itertools.count(1)
+_port_lock = threading.Lock()
+_port_actor: Optional[int] = None  # the port actor's local id, once spawned
 
 
 class _PortActor(Actor):
-    def __init__(self, port_id: int):
-        self._port_id = port_id
-
     @endpoint
-    def deliver(self, value):
-        _receivers[self._port_id]._queue.put(value)
+    def deliver(self, port_id: int, value):
+        receiver = _receivers.get(port_id)
+        if receiver is None:
+            # A warning, not a raise: a failure would count against the one
+            # actor that serves every channel of this process.
+            _crown.log("warn", f"port {port_id} on rank {_crown.rank()} is closed: dropped a "
+                               f"{type(value).__name__} sent to it")
+            return
+        receiver.put(value)
+
+
+def _port_actor_id() -> int:
+    global _port_actor
+    with _port_lock:
+        if _port_actor is None:
+            rank = _crown.rank()
+            here = Shape([("ranks", _crown.size())]).select({"ranks": rank})
+            _port_actor = ProcMesh(here).spawn("crown-ports", _PortActor)._local
+        return _port_actor
+
+
+def open_ports() -> int:
+    """How many PortReceivers this process holds open (for tests and leak hunts)."""
+    return len(_receivers)
 
 
 class Port:
-    def __init__(self, rank: int, local: int):
-        self._rank, self._local = rank, local
+    """Where a channel's values go: ``port.send(value)`` from any actor or the
+    controller. Picklable, so it travels inside messages."""
+
+    def __init__(self, rank: int, local: int, port_id: int):
+        self._rank, self._local, self._port_id = rank, local, port_id
 
     def send(self, value) -> None:
-        _crown.send(self._rank, self._local, _pickle.dumps(("deliver", (value,), {})))
+        """One-way: nothing waits; a value for a closed port is dropped (and
+        logged on the receiver's rank)."""
+        _crown.send(self._rank, self._local,
+                    _pickle.dumps(("deliver", (self._port_id, value), {})))
 
     def __reduce__(self):
-        return (Port, (self._rank, self._local))
+        return (Port, (self._rank, self._local, self._port_id))
 
 
 class PortReceiver:
-    def __init__(self):
-        import queue
+    """The receiving end of a channel. Closing it, or dropping the last
+    reference to it, closes the port."""
 
-        self._queue = queue.Queue()
+    def __init__(self, port_id: int):
+        self._port_id = port_id
+        self._queue: "queue.Queue" = queue.Queue()
+        _receivers[port_id] = self._queue
+        self._forget = weakref.finalize(self, _receivers.pop, port_id, None)
+        self._forget.atexit = False
 
     def recv(self, timeout: Optional[float] = None):
         """The next value sent to the port; raises TimeoutError after timeout seconds."""
-        import queue
-
         try:
             return self._queue.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError(f"nothing arrived at the port within {timeout} s") from None
 
+    def close(self) -> None:
+        """Later values sent to the port are dropped; those already here can still be read."""
+        self._forget()
+
 
 class Channel:
     @staticmethod
     def open() -> Tuple[Port, PortReceiver]:
+        """A new (Port, PortReceiver) pair whose receiver lives in this process."""
+        local = _port_actor_id()
         port_id = next(_next_port)
-        receiver = _receivers[port_id] = PortReceiver()
-        rank = _crown.rank()
-        here = Shape([("ranks", _crown.size())]).select({"ranks": rank})
-        mesh = ProcMesh(here).spawn(f"port-{port_id}", _PortActor, port_id)
-        return Port(rank, mesh._local), receiver
+        return Port(_crown.rank(), local, port_id), PortReceiver(port_id)
 
 
 def current_rank() -> Point:
@@ -450,25 +528,55 @@ def context() -> _Context:
 
 
 class HostMesh:
-    """The ranks of one host, from which spawn_procs carves a ProcMesh."""
+    """One host of the launch and the ranks the launch started on it.
+
+    crown starts no process after the launch: mpirun (or srun, sbatch) started
+    every process the job will have. So a HostMesh hands out ranks that exist
+    already rather than spawning new ones: see procs()."""
 
     def __init__(self, shape: Shape):
-        self._shape = shape  # {"procs": P} of this host
+        self._shape = shape  # {"procs": P}: this host's ranks of the launch
 
-    def spawn_procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
-        per_host = per_host or {"procs": len(self._shape)}
-        wanted = 1
-        for size in per_host.values():
-            wanted *= size
+    @property
+    def ranks(self) -> List[int]:
+        """The ranks the launch started on this host."""
+        return self._shape.ranks()
+
+    def procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
+        """The first ``prod(per_host.values())`` ranks of this host, in rank
+        order, as a ProcMesh whose dimensions are per_host's, named and sized
+        as given (``{"gpus": 4}`` gives ``{"gpus": 4}``); without per_host, one
+        proc and no dimension (Monarch's default). Calling it twice gives the
+        same ranks again, each able to host actors of its own. Raises
+        ValueError when more procs are asked than the launch started here."""
+        per_host = dict(per_host or {})
+        for label, size in per_host.items():
+            if not isinstance(label, str) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"per_host={per_host}: each entry must be a dimension name "
+                                 f"and a size of at least 1, not {label!r}: {size!r}")
+        wanted = math.prod(per_host.values())
         available = len(self._shape)
         if wanted > available:
             raise ValueError(f"spawn_procs(per_host={per_host}) asks for {wanted} procs, but "
-                             f"this host has {available} ranks of the launch: launch more "
-                             f"(mpirun -n ...) or ask for fewer")
+                             f"this host has {available} ranks of the launch, and crown starts "
+                             f"no processes after it: launch more (mpirun -n ...) or ask for "
+                             f"fewer")
+        if not per_host:
+            return ProcMesh(self._shape.select({"procs": 0}))
         shape = self._shape.select({"procs": slice(0, wanted)})
         return ProcMesh(shape.split("procs", list(per_host.items())))
 
+    def spawn_procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
+        """Monarch's name for procs(): the same ranks, already running; no
+        process is started."""
+        return self.procs(per_host)
+
+    def __repr__(self):
+        return f"HostMesh(ranks={self.ranks})"
+
 
 def this_host() -> HostMesh:
-    """The host of the controller (rank 0)."""
-    return HostMesh(_crown.world_shape().select({"hosts": 0}))
+    """The host this code runs on, as in Monarch: the controller's in main(),
+    an actor's own inside its endpoints."""
+    world = _crown.world_shape()
+    return HostMesh(world.select({"hosts": world.coordinates(_crown.rank())["hosts"]}))

@@ -1,6 +1,9 @@
-// Python actors on meshes: spawn, direct requests, casts (call, stream,
-// broadcast), choose, and the futures they return. Every wait releases the
-// GIL, so C++ threads (and Python actors on this rank) run meanwhile.
+// Python actors on meshes: spawn, stop, direct requests and sends, casts
+// (call, stream, broadcast, reduce), choose, and the futures they return.
+// Every wait, and every send that may wait (FLO-1 backpressure), releases
+// the GIL, so C++ threads (and Python actors on this rank) run meanwhile.
+// One-way calls and reduces ask PyActor to throw a Python exception
+// (py_actor.h), so it is logged and supervised, or fails its member.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -134,23 +137,53 @@ void bindActor(py::module_& m) {
       },
       "Constructs the pickled (class, args, kwargs) on every rank of shape; returns the "
       "mesh's actor id.");
+  // Sends release the GIL also because a local delivery takes the mailbox
+  // lock, under which a stopped PyActor may be freed (which takes the GIL).
   m.def("request", [](std::size_t rank, std::uint64_t local, const py::bytes& payload) {
-    return RequestFuture(Proc::current().request<Outcome>(ActorId{static_cast<Rank>(rank), local},
-                                                          PyCall{std::string(payload)}));
+    PyCall call{std::string(payload)};
+    py::gil_scoped_release release;
+    return RequestFuture(
+        Proc::current().request<Outcome>(ActorId{static_cast<Rank>(rank), local}, call));
   });
   m.def("send", [](std::size_t rank, std::uint64_t local, const py::bytes& payload) {
-    Proc::current().send(ActorId{static_cast<Rank>(rank), local}, PyCall{std::string(payload)});
+    PyCall call{std::string(payload), true};
+    py::gil_scoped_release release;
+    Proc::current().send(ActorId{static_cast<Rank>(rank), local}, call);
   });
   m.def("cast_call", [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
-    return CastFuture(meshOf(shape, local).call<Outcome>(PyCall{std::string(payload)}));
+    PyCall call{std::string(payload)};
+    py::gil_scoped_release release;
+    return CastFuture(meshOf(shape, local).call<Outcome>(call));
   });
   m.def("cast_stream", [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
-    return CastStream(meshOf(shape, local).stream<Outcome>(PyCall{std::string(payload)}));
+    PyCall call{std::string(payload)};
+    py::gil_scoped_release release;
+    return CastStream(meshOf(shape, local).stream<Outcome>(call));
   });
   m.def("cast_broadcast",
         [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
-          meshOf(shape, local).broadcast(PyCall{std::string(payload)});
+          PyCall call{std::string(payload), true};
+          py::gil_scoped_release release;
+          meshOf(shape, local).broadcast(call);
         });
+  m.def(
+      "cast_reduce",
+      [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload,
+         const std::string& reducerKey) {
+        PyCall call{std::string(payload), true};
+        // Released: the cast's aggregation may fold (and take the GIL) on a pool thread.
+        py::gil_scoped_release release;
+        return RequestFuture(meshOf(shape, local).reduceByKey<Outcome>(call, reducerKey));
+      },
+      "Casts the pickled call and folds the outcomes at every hop with the reducer of "
+      "reducerKey (a \"py:\" key: crown._runtime.reducer_key). get() raises MeshError "
+      "naming each member that failed or whose reply could not be folded.");
+  m.def(
+      "stop_mesh",
+      [](const mesh::Shape& shape, std::uint64_t local) { meshOf(shape, local).stop(); },
+      py::call_guard<py::gil_scoped_release>(),
+      "Stops the mesh's actors on every proc of shape; blocks until they have stopped.");
+  m.def("python_actors", &PyActor::live, "How many Python actors this process hosts now.");
   m.def("choose_rank", [](const mesh::Shape& shape) {
     return mesh::detail::chooseMember(Proc::current(), shape);
   });

@@ -1,11 +1,13 @@
 // Bootstrap from Python: every rank calls init(); rank 0 goes on as the
 // controller, the others call serve(), which returns their exit code once the
-// controller is done (SHT-1). Blocking calls release the GIL.
+// controller is done (SHT-1). Blocking calls release the GIL. log() writes
+// through crown's logger, so Python's warnings sit with C++'s on stderr.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings.h"
 #include "crown/bootstrap/controller.h"
+#include "crown/common/log.h"
 #include "crown/mesh/world_shape.h"
 
 namespace py = pybind11;
@@ -51,6 +53,16 @@ void bindRuntime(py::module_& m) {
     const auto& topology = Runtime::current().topology();
     return topology.hostNames[topology.rank];
   });
+  m.def(
+      "log",
+      [](const std::string& level, const std::string& message) {
+        auto parsed = spdlog::level::from_str(level);
+        if (parsed == spdlog::level::off && level != "off")
+          throw py::value_error("no log level '" + level + "'");
+        log::get().log(parsed, "{}", message);
+      },
+      "Logs message through crown's logger (stderr, tagged with the rank) at level: "
+      "trace, debug, info, warn, error.");
   m.def("world_shape", [] {
     const auto& topology = Runtime::current().topology();
     return mesh::hostsProcsShape(topology.hostIndexOf, topology.hostNames);

@@ -9,5 +9,6 @@ void bindErrors(pybind11::module_& m);
 void bindRuntime(pybind11::module_& m);
 void bindMesh(pybind11::module_& m);
 void bindActor(pybind11::module_& m);
+void bindReduce(pybind11::module_& m);
 
 }  // namespace crown::python

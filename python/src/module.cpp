@@ -1,3 +1,4 @@
+// The _crown extension: one bindX(module) per area of the C++ API (bindings.h).
 #include "bindings.h"
 
 PYBIND11_MODULE(_crown, m) {
@@ -6,4 +7,5 @@ PYBIND11_MODULE(_crown, m) {
   crown::python::bindRuntime(m);
   crown::python::bindMesh(m);
   crown::python::bindActor(m);
+  crown::python::bindReduce(m);
 }

@@ -1,28 +1,19 @@
+// PyActor (py_actor.h): construction, dispatch and the Python exceptions of
+// one-way calls and reduces thrown as PythonError.
 #include "py_actor.h"
+
+#include <atomic>
+
+#include "gil.h"
 
 namespace py = pybind11;
 
 namespace crown::python {
 namespace {
-
-// Takes the GIL on a runtime thread. A thread without a Python thread state
-// would get a new one, made and destroyed around every message (an mmap and
-// a munmap each time); each pool thread keeps the first one it gets instead.
-class Gil {
- public:
-  Gil() {
-    thread_local bool kept = false;
-    if (!kept) {
-      gil_.inc_ref();
-      kept = true;
-    }
-  }
-
- private:
-  py::gil_scoped_acquire gil_;
-};
-
+std::atomic<std::size_t> g_live{0};
 }  // namespace
+
+std::size_t PyActor::live() { return g_live.load(); }
 
 PyActor::PyActor(std::string spawnPayload) {
   Gil gil;
@@ -31,19 +22,34 @@ PyActor::PyActor(std::string spawnPayload) {
   instance_ = runtime.attr("construct")(py::bytes(spawnPayload));
   dispatch_ = runtime.attr("dispatch");
   handle<PyCall>([this](const PyCall& call) {
-    Gil gil;
-    py::bytes outcome = dispatch_(instance_, py::bytes(call.payload));
-    return PyOutcome{std::string(outcome)};
+    std::string outcome;
+    {
+      Gil gil;
+      py::bytes result = dispatch_(instance_, py::bytes(call.payload), call.report);
+      outcome = std::string(result);
+    }
+    // Thrown without the GIL: the mailbox logs it (with the traceback) and
+    // tells the modules, or the reduce fails this member.
+    if (call.report && !outcome.empty() && outcome[0] == kRaisedTag)
+      throw PythonError(outcome.substr(1));
+    return PyOutcome{std::move(outcome)};
   });
+  ++g_live;
 }
 
 PyActor::~PyActor() {
+  --g_live;
   if (!Py_IsInitialized()) {
     instance_.release();  // the interpreter is gone: nothing left to free it with
     dispatch_.release();
     return;
   }
   Gil gil;
+  try {
+    py::module_::import("crown._runtime").attr("release")(instance_);
+  } catch (const py::error_already_set&) {
+    // The instance goes anyway; a loop that would not close is not worth a crash.
+  }
   instance_ = py::object();
   dispatch_ = py::object();
 }

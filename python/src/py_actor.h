@@ -1,24 +1,37 @@
 // PyActor: the C++ actor that hosts one Python actor instance. Its messages
-// carry pickled calls (crown._runtime.dispatch decodes them and pickles the
-// outcome, so a Python exception travels as a value); it takes the GIL only
-// while Python runs, never while C++ waits. Runs on the IoPool like any actor.
+// carry pickled calls (crown._runtime.dispatch decodes them); it takes the
+// GIL only while Python runs, never while C++ waits. Runs on the IoPool like
+// any actor. A Python exception in a call with a caller travels back as a
+// value (a pickled outcome); in a call nobody answers to (broadcast, a
+// port's send) or whose replies are folded (a reduce), PyActor throws it as
+// PythonError, so the mailbox logs it on this rank and hands it to
+// Proc::Module::actorFailed, or the reduce fails that member.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
 #include <string>
 
 #include "crown/actor/actor.h"
+#include "crown/common/error.h"
 #include "crown/wire/serialize.h"
 
 namespace crown::python {
 
+/// The outcome tags of crown._runtime (VALUE, RAISED).
+constexpr char kValueTag = '\x00';
+constexpr char kRaisedTag = '\x01';
+
 /// A pickled endpoint call: (method name, args, kwargs) with out-of-band buffers.
 struct PyCall {
   std::string payload;
+  /// A Python exception becomes a thrown PythonError instead of a reply:
+  /// set for one-way calls and reduces.
+  bool report = false;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& payload;
+    archive& payload& report;
   }
 };
 
@@ -31,11 +44,20 @@ struct PyOutcome {
   }
 };
 
+/// A Python exception thrown through C++: its text report with the traceback.
+class PythonError : public Error {
+ public:
+  using Error::Error;
+};
+
 class PyActor : public Actor {
  public:
   /// spawnPayload: the pickled (class, args, kwargs).
   explicit PyActor(std::string spawnPayload);
   ~PyActor() override;
+
+  /// How many Python actors this process hosts now.
+  static std::size_t live();
 
  private:
   pybind11::object instance_;

@@ -1,10 +1,12 @@
 """The Python front end under mpirun -n 4: every adverb, slicing, async
-endpoints, actor-to-actor calls, errors with tracebacks, wrong use, numpy and
-torch payloads, channels and accumulators."""
+endpoints, actor-to-actor calls, errors with tracebacks (one-way ones logged
+on their rank), wrong use, numpy and torch payloads, channels, accumulators
+and this_host()."""
 
 import asyncio
 import operator
 import os
+import sys
 import threading
 import time
 
@@ -56,6 +58,49 @@ class Counter(Actor):
     @endpoint
     def tell(self, port, value):
         port.send((current_rank().rank, value))
+
+
+class Flaky(Actor):
+    """Raises in a one-way call on one rank; can capture its process's stderr
+    (file descriptor 2, where crown's spdlog logger writes)."""
+
+    def __init__(self):
+        self.calls = 0
+        self._saved = None
+        self._path = None
+
+    @endpoint
+    def capture_stderr(self):
+        sys.stderr.flush()
+        self._path = f"/tmp/crown-test-stderr-{os.getpid()}.log"
+        self._saved = os.dup(2)
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    @endpoint
+    def release_stderr(self) -> str:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        with open(self._path) as captured:
+            text = captured.read()
+        os.unlink(self._path)
+        return text
+
+    @endpoint
+    def poke(self, bad_rank, message):
+        self.calls += 1
+        if current_rank().rank == bad_rank:
+            raise ValueError(message)
+
+    @endpoint
+    def count(self):
+        return self.calls
+
+    @endpoint
+    def host_ranks(self):
+        return this_host().ranks, this_host().spawn_procs({"gpus": 4}).shape.ranks()
 
 
 class Picky(Actor):
@@ -155,6 +200,29 @@ def test_wrong_use_fails_before_sending(counters):
         counters.nonexistent
 
 
+def test_a_raising_broadcast_is_logged_on_its_rank_with_the_traceback():
+    flaky = crown.world().spawn("flaky", Flaky)
+    victim = flaky.slice(procs=2)
+    victim.capture_stderr.call_one().get(timeout=10)
+    try:
+        flaky.poke.broadcast(2, "bad value 1234")
+        # After the broadcast on every member (ORD-1), so its log line is out.
+        counts = flaky.count.call().get(timeout=10).values()
+    finally:
+        log = victim.release_stderr.call_one().get(timeout=10)
+    assert counts == [1, 1, 1, 1]
+    line = next((l for l in log.splitlines() if "bad value 1234" in l), None)
+    assert line is not None, f"nothing logged on rank 2: {log!r}"
+    assert "[crown r2 error]" in line and "'flaky'" in line, line
+    assert "ValueError" in line and "endpoint 'poke'" in line, line
+    assert "Traceback (most recent call last)" in log
+    assert "raise ValueError(message)" in log
+    # The actor serves on, one-way and with replies.
+    flaky.poke.broadcast(-1, "fine")
+    assert victim.count.call_one().get(timeout=10) == 2
+    assert victim.poke.call_one(-1, "fine").get(timeout=10) is None
+
+
 def test_spawn_failure_names_the_rank():
     with pytest.raises(MeshError) as raised:
         crown.world().spawn("picky", Picky)
@@ -200,11 +268,24 @@ def test_channel_and_accumulator(counters):
 
 def test_this_host_spawn_procs():
     procs = this_host().spawn_procs(per_host={"gpus": 2})
-    assert procs.sizes == {"gpus": 2}
+    assert procs.sizes == {"gpus": 2}  # named by per_host, as in Monarch
     pair = procs.spawn("pair", Counter, 0)
     assert sorted(r for r, _, _ in pair.where.call().get().values()) == [0, 1]
+    assert this_host().spawn_procs({"dp": 2, "tp": 2}).sizes == {"dp": 2, "tp": 2}
+    one = this_host().spawn_procs()  # Monarch's default: one proc per host
+    assert one.sizes == {} and len(one) == 1
+    assert this_host().procs({"gpus": 2}).shape == procs.shape  # the same ranks, none started
+    assert this_host().ranks == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="asks for 8 procs"):
         this_host().spawn_procs(per_host={"gpus": 8})
+    with pytest.raises(ValueError, match="at least 1"):
+        this_host().spawn_procs(per_host={"gpus": 0})
+
+
+def test_this_host_inside_an_actor_is_its_own_host():
+    flaky = crown.world().spawn("hosts", Flaky)
+    ranks, mesh_ranks = flaky.slice(procs=3).host_ranks.call_one().get(timeout=10)
+    assert ranks == [0, 1, 2, 3] and mesh_ranks == [0, 1, 2, 3]
 
 
 def test_classes_only_the_controller_has_travel_by_value():

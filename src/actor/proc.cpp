@@ -224,6 +224,10 @@ void Proc::stopLocal(std::uint64_t local) {
 
 void Proc::forgetDestination(std::uint64_t local) { impl_->sequencer.forgetDestination(local); }
 
+void Proc::forgetDestination(std::uint64_t local, const std::vector<std::size_t>& ranks) {
+  impl_->sequencer.forgetDestination(local, ranks);
+}
+
 void Proc::stop(std::chrono::milliseconds flushTimeout) {
   if (impl_->stopped.exchange(true)) return;
   for (auto it = impl_->modules.rbegin(); it != impl_->modules.rend(); ++it) (*it)->stop();

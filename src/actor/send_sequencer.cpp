@@ -52,6 +52,26 @@ void SendSequencer::forgetDestination(std::uint64_t destLocal) {
   std::erase_if(counters_, [&](const auto& entry) { return entry.first.destLocal == destLocal; });
 }
 
+void SendSequencer::forgetDestination(std::uint64_t destLocal,
+                                      const std::vector<std::size_t>& ranks) {
+  std::lock_guard lock(mutex_);
+  for (auto it = counters_.begin(); it != counters_.end();) {
+    Counters& counters = it->second;
+    if (it->first.destLocal == destLocal) {
+      for (std::size_t rank : ranks) {
+        if (rank < counters.byRank.size()) counters.byRank[rank] = 0;  // 0: nothing sent yet
+        std::erase_if(counters.few, [&](const auto& count) { return count.first == rank; });
+      }
+      if (counters.few.empty() && std::all_of(counters.byRank.begin(), counters.byRank.end(),
+                                              [](std::uint64_t count) { return count == 0; })) {
+        it = counters_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+}
+
 std::size_t SendSequencer::entries() {
   std::lock_guard lock(mutex_);
   return counters_.size();

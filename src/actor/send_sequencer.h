@@ -32,6 +32,10 @@ class SendSequencer {
   void forgetSender(const wire::ActorId& sender);
   /// Drops every sender's counters towards actor `destLocal` (a stopped mesh).
   void forgetDestination(std::uint64_t destLocal);
+  /// Drops every sender's counts towards actor `destLocal` on `ranks` only
+  /// (a stopped slice of a mesh: its other members keep their order), and
+  /// the counters left with no count.
+  void forgetDestination(std::uint64_t destLocal, const std::vector<std::size_t>& ranks);
   /// How many (sender, destination) entries are held: for tests of pruning.
   std::size_t entries();
 

@@ -7,6 +7,7 @@
 
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -42,7 +43,7 @@ class Aggregation {
   void finishPart();
 
   CastMode mode_;
-  const crown::mesh::detail::Reducer* reducer_;
+  std::shared_ptr<const Reducer> reducer_;  // null outside kReduce, or for an unknown key
   std::string reducerKey_;
   std::function<void(CastResult&&)> done_;
   std::function<void(CastEntry&&)> onEntry_;

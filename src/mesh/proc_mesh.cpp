@@ -24,7 +24,8 @@ void spawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
 
 void stopMesh(const Shape& shape, std::uint64_t local) {
   auto stopped = meshAgents(shape).call<void>(StopMeshActor{local}).get();
-  Proc::current().forgetDestination(local);
+  // Only the stopped members' order counters: a slice's other members serve on.
+  Proc::current().forgetDestination(local, shape.ranks());
   std::vector<MeshError::Failure> failures;
   for (auto& failure : stopped.failures()) {
     try {

@@ -152,6 +152,9 @@ class Proc {
   /// Forgets the ORD-1 counters of messages sent from here to actor `local`
   /// of any rank: for a mesh that was stopped, whose id is never reused.
   void forgetDestination(std::uint64_t local);
+  /// The same for actor `local` of `ranks` only: a stopped slice of a mesh,
+  /// whose other members keep their ORD-1 order.
+  void forgetDestination(std::uint64_t local, const std::vector<std::size_t>& ranks);
 
   /// Stops the modules, lets running handlers finish, then flushes and
   /// closes the transport; requests still waiting fail.

@@ -6,7 +6,8 @@
 //   choose<R>(msg)     one member's reply, a different member each time
 //   stream<R>(msg)     the replies as they arrive
 //   broadcast(msg)     no replies
-//   reduce<R, Op>(msg) the replies combined up the tree (Sum, Min, Max, own)
+//   reduce<R, Op>(msg) the replies combined up the tree (Sum, Min, Max, own;
+//                      reduceByKey<R>(msg, key) for a reducer family's key)
 // ORD-1 holds between these and direct sends from the same sender. A plain
 // value that travels inside messages; any thread.
 #pragma once
@@ -99,8 +100,15 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
   /// with MeshError, naming each failed member, if any failed.
   template <class R, class Op, class Msg>
   Future<R> reduce(const Msg& message, Op = {}) const {
+    return reduceByKey<R>(message, mesh::reducerKey<R, Op>());
+  }
+
+  /// reduce() with the reducer found under `reducerKey` at every hop: a key
+  /// of reducerKey<R, Op>(), or one a reducer family resolves (reducer.h).
+  template <class R, class Msg>
+  Future<R> reduceByKey(const Msg& message, std::string reducerKey) const {
     auto state = std::make_shared<detail::FutureState<R>>();
-    castAs(message, mesh::CastMode::kReduce, mesh::reducerKey<R, Op>(),
+    castAs(message, mesh::CastMode::kReduce, std::move(reducerKey),
            [state, shape = shape_](mesh::CastResult&& result) {
              try {
                std::vector<MeshError::Failure> failures;

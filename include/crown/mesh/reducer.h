@@ -4,11 +4,14 @@
 // and its value's type names the first time a program names it, on every
 // rank alike (SPMD), so each hop finds it by the key the cast carries.
 // The operation must be associative and commutative: replies are combined
-// in arrival order. Thread-safe.
+// in arrival order. A family of reducers (Python's, whose keys carry the
+// pickled combine function) is registered under a key prefix, and its
+// resolver builds the reducer of each key it is asked for. Thread-safe.
 #pragma once
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "crown/wire/serialize.h"
@@ -42,8 +45,19 @@ struct Reducer {
 };
 
 void registerReducer(const std::string& key, Reducer reducer);
-/// nullptr when nothing is registered under key.
-const Reducer* findReducer(const std::string& key);
+
+/// Builds the reducer of `key` (which starts with the family's prefix), or
+/// nullptr when the key names none. Called once per cast at every hop that
+/// folds, on any thread.
+using ReducerResolver = std::function<std::shared_ptr<const Reducer>(const std::string& key)>;
+/// Every key starting with `prefix` that no registerReducer names goes to
+/// `resolve`; the first family registered under a prefix wins. Register it
+/// on every rank alike (SPMD), as reducers are.
+void registerReducerFamily(const std::string& prefix, ReducerResolver resolve);
+
+/// The reducer registered under key, else the one its family resolves;
+/// nullptr when neither knows it.
+std::shared_ptr<const Reducer> findReducer(const std::string& key);
 
 template <class T, class Op>
 struct ReducerRegistration {

@@ -1,8 +1,10 @@
 // Aggregation at one hop, driven part by part: a subtree's partial value
 // that cannot be folded fails the members whose replies it holds, not
-// rank 0 (which may not even be in the cast).
+// rank 0 (which may not even be in the cast). Reducer families: a key no
+// registration names is resolved by the family of its prefix.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 
 #include "crown/actor/failure.h"
@@ -62,6 +64,45 @@ TEST(Aggregation, AnUnfoldableSubtreeValueFailsThatSubtreesMembers) {
     std::string expected = entry.rank == below[1] ? "boom" : "do not combine";
     EXPECT_NE(why.message.find(expected), std::string::npos) << entry.rank << ": " << why.message;
   }
+}
+
+// "test-times:N": multiplies both values, then by N (the key carries N, as
+// Python's keys carry their combine function).
+const bool kTimesRegistered =
+    (detail::registerReducerFamily(
+         "test-times:",
+         [](const std::string& key) {
+           int factor = std::stoi(key.substr(11));
+           return std::make_shared<const detail::Reducer>(detail::Reducer{
+               wire::messageName<int>(), [factor](const wire::Bytes& a, const wire::Bytes& b) {
+                 return wire::toBytes(wire::fromBytes<int>(a) * wire::fromBytes<int>(b) * factor);
+               }});
+         }),
+     true);
+
+TEST(ReducerFamily, AKeyOfTheFamilyIsResolvedAndFolds) {
+  ASSERT_TRUE(kTimesRegistered);
+  EXPECT_EQ(detail::findReducer("test-other:3"), nullptr);
+  ASSERT_NE(detail::findReducer("test-times:3"), nullptr);
+  EXPECT_NE(detail::findReducer("test::Refuse<int>"), nullptr);  // registered keys still found
+
+  std::optional<CastResult> result;
+  detail::Aggregation aggregation(CastMode::kReduce, "test-times:10", 3,
+                                  [&](CastResult&& r) { result = std::move(r); }, {});
+  aggregation.member(okEntry(0, 2));
+  aggregation.member(okEntry(1, 3));
+  aggregation.member(okEntry(2, 4));
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(result->entries.empty());
+  ASSERT_TRUE(result->hasValue);
+  EXPECT_EQ(wire::fromBytes<int>(result->value), 2 * 3 * 10 * 4 * 10);
+}
+
+TEST(ReducerFamily, TheFirstFamilyOfAPrefixWins) {
+  ASSERT_TRUE(kTimesRegistered);
+  detail::registerReducerFamily(
+      "test-times:", [](const std::string&) { return std::shared_ptr<const detail::Reducer>(); });
+  EXPECT_NE(detail::findReducer("test-times:2"), nullptr);
 }
 
 }  // namespace
