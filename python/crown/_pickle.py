@@ -3,9 +3,11 @@
 numpy arrays and torch tensors hand their memory to the pickler as buffers
 instead of being copied into the pickle string (a CPU tensor travels as the
 numpy array that shares its memory, and is rebuilt with torch.from_numpy);
-the payload is a small header, the pickle, then each buffer once. On
-loading, the buffers are views into the received payload (made writable), so
-a large array is copied once per hop at most, never pickled byte by byte.
+the payload is a small header, the pickle, then each buffer once. A direct
+call hands the head and the buffers to the fabric apart (dumps_parts), which
+writes each buffer from where it lies; on loading, the buffers are views
+into the received payload, writable (crown's received buffers are; others
+are copied once), so a large array is never copied by crown on its way.
 
 The C pickler goes first; what it cannot pickle (a lambda, a class defined
 inside a function) goes by value through cloudpickle.
@@ -65,7 +67,15 @@ def _pickle(base, obj, buffers) -> bytes:
 
 
 def dumps(obj) -> bytes:
-    """Pickles obj; raises TypeError naming what cannot be pickled."""
+    """Pickles obj into one bytes object; raises TypeError naming what cannot be pickled."""
+    head, raws = dumps_parts(obj)
+    return b"".join([head, *raws])
+
+
+def dumps_parts(obj, prefix: bytes = b""):
+    """Pickles obj as (head, buffers): prefix, the header and the pickle, then
+    the out-of-band buffers (memoryviews of the objects' own memory), which
+    together are dumps(obj). Raises TypeError naming what cannot be pickled."""
     buffers = []
     try:
         data = _pickle(pickle.Pickler, obj, buffers)
@@ -77,7 +87,7 @@ def dumps(obj) -> bytes:
             raise TypeError(f"cannot send {type(obj).__name__}: it cannot be pickled ({e})") from e
     raws = [b.raw() for b in buffers]
     lengths = struct.pack(f"<{len(raws) + 1}Q", len(data), *(r.nbytes for r in raws))
-    return b"".join([_HEADER.pack(len(raws)), lengths, data, *raws])
+    return b"".join([prefix, _HEADER.pack(len(raws)), lengths, data]), raws
 
 
 def buffer_count(payload) -> int:
@@ -91,7 +101,7 @@ def loads(payload):
     offset = _HEADER.size
     lengths = struct.unpack_from(f"<{count + 1}Q", view, offset)
     offset += 8 * (count + 1)
-    if count:
+    if count and view.readonly:
         # Arrays built on these buffers must be writable, as they were.
         view = memoryview(bytearray(view))
     data = view[offset : offset + lengths[0]]

@@ -64,9 +64,18 @@ def _endpoint_function(cls, name):
     return function
 
 
-def dispatch(instance, payload: bytes, report: bool = False) -> bytes:
-    """report: an exception comes back as RAISED + its text report (utf-8),
-    not pickled, for the C++ side to throw."""
+def dispatch(instance, payload, report: bool = False, parts: bool = False):
+    """Runs one pickled call; returns the tag and the pickled outcome as bytes,
+    or with `parts` as (head, buffers) for the fabric to send without a copy
+    (_pickle.dumps_parts). report: an exception comes back as RAISED + its
+    text report (utf-8), not pickled, for the C++ side to throw."""
+    outcome = _run(instance, payload, report)
+    if parts:
+        return outcome if isinstance(outcome, tuple) else (outcome, [])
+    return outcome if not isinstance(outcome, tuple) else b"".join([outcome[0], *outcome[1]])
+
+
+def _run(instance, payload, report):
     outer = current_instance()
     _current.instance = instance
     name = None
@@ -75,7 +84,7 @@ def dispatch(instance, payload: bytes, report: bool = False) -> bytes:
         result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
         if inspect.isawaitable(result):
             result = _event_loop(instance).run_until_complete(result)
-        return VALUE + _pickle.dumps(result)
+        return _pickle.dumps_parts(result, VALUE)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
         text = traceback.format_exc()
         if report:

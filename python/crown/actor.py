@@ -312,6 +312,9 @@ class EndpointRef:
     def _payload(self, args, kwargs) -> bytes:
         return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
 
+    def _parts(self, args, kwargs):
+        return _pickle.dumps_parts((self._name, args, kwargs))  # as _payload, in two parts
+
     def _entries(self, raw) -> List[Tuple[int, Any, Optional[BaseException]]]:
         entries = []
         for rank, payload, error in raw:
@@ -331,8 +334,8 @@ class EndpointRef:
         pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs))
         return Future(lambda timeout: ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
 
-    def _direct(self, rank: int, payload: bytes) -> Future:
-        pending = _crown.request(rank, self._mesh._local, payload)
+    def _direct(self, rank: int, parts) -> Future:
+        pending = _crown.request(rank, self._mesh._local, *parts)
 
         def wait(timeout):
             try:
@@ -358,12 +361,12 @@ class EndpointRef:
                                  f"{shape} ({len(shape)} actors): slice it first, e.g. "
                                  f".slice({shape.labels[0]}=0), or use call()")
             self._only_rank = shape.ranks()[0]
-        return self._direct(self._only_rank, self._payload(args, kwargs))
+        return self._direct(self._only_rank, self._parts(args, kwargs))
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
-        payload = self._payload(args, kwargs)
-        return self._direct(_crown.choose_rank(self._mesh._shape), payload)
+        parts = self._parts(args, kwargs)
+        return self._direct(_crown.choose_rank(self._mesh._shape), parts)
 
     def stream(self, *args, timeout: Optional[float] = None, **kwargs) -> Iterator[Any]:
         """Replies as they arrive; a failed actor's error is raised in turn."""
@@ -463,7 +466,7 @@ class Port:
         """One-way: nothing waits; a value for a closed port is dropped (and
         logged on the receiver's rank)."""
         _crown.send(self._rank, self._local,
-                    _pickle.dumps(("deliver", (self._port_id, value), {})))
+                    *_pickle.dumps_parts(("deliver", (self._port_id, value), {})))
 
     def __reduce__(self):
         return (Port, (self._rank, self._local, self._port_id))

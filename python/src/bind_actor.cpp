@@ -14,6 +14,7 @@
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
 #include "py_actor.h"
+#include "py_payload.h"
 
 namespace py = pybind11;
 
@@ -47,9 +48,10 @@ py::tuple describe(const std::exception_ptr& error, std::size_t rank) {
   return py::make_tuple(kind, mesh::detail::describe(error), failure.rank, failure.host);
 }
 
-class RequestFuture {
+// A reduce's folded outcome, as bytes.
+class OutcomeFuture {
  public:
-  explicit RequestFuture(Future<Outcome> future) : future_(std::move(future)) {}
+  explicit OutcomeFuture(Future<Outcome> future) : future_(std::move(future)) {}
   py::bytes get(std::optional<double> timeout) {
     std::string payload;
     {
@@ -63,6 +65,46 @@ class RequestFuture {
  private:
   Future<Outcome> future_;
 };
+
+// A direct request's reply, a RawOutcome: handed to Python as a memoryview
+// that owns the received bytes (no copy).
+using RawReply = std::shared_ptr<wire::Bytes>;
+
+class RequestFuture {
+ public:
+  explicit RequestFuture(Future<RawReply> future) : future_(std::move(future)) {}
+  py::object get(std::optional<double> timeout) {
+    if (view_) return view_;
+    RawReply reply;
+    {
+      py::gil_scoped_release release;
+      reply = timeout ? future_.get(toMillis(*timeout)) : future_.get();
+    }
+    view_ = viewOf(std::move(*reply));
+    return view_;
+  }
+  bool done() const { return future_.isReady(); }
+
+ private:
+  Future<RawReply> future_;
+  py::object view_;  // once got
+};
+
+Future<RawReply> requestRaw(Proc& proc, const ActorId& dest, wire::Payload payload) {
+  auto state = std::make_shared<crown::detail::FutureState<RawReply>>();
+  auto id = proc.requestRaw(dest, kRawCallType, std::move(payload),
+                            [state](crown::detail::Outcome&& outcome) {
+                              if (outcome.error) return state->setError(outcome.error);
+                              if (outcome.type != kRawOutcomeType) {
+                                return state->setError(std::make_exception_ptr(ProtocolError(
+                                    "a Python call was answered with " + outcome.type)));
+                              }
+                              state->setValue(std::make_shared<wire::Bytes>(
+                                  std::move(outcome.payload)));
+                            });
+  state->setCanceller([&proc, id] { proc.cancelRequest(id); });
+  return Future<RawReply>(state);
+}
 
 class CastFuture {
  public:
@@ -122,6 +164,9 @@ void bindActor(py::module_& m) {
   py::class_<RequestFuture>(m, "RequestFuture")
       .def("get", &RequestFuture::get, py::arg("timeout") = py::none())
       .def("done", &RequestFuture::done);
+  py::class_<OutcomeFuture>(m, "OutcomeFuture")
+      .def("get", &OutcomeFuture::get, py::arg("timeout") = py::none())
+      .def("done", &OutcomeFuture::done);
   py::class_<CastFuture>(m, "CastFuture")
       .def("get", &CastFuture::get, py::arg("timeout") = py::none())
       .def("done", &CastFuture::done);
@@ -139,16 +184,21 @@ void bindActor(py::module_& m) {
       "mesh's actor id.");
   // Sends release the GIL also because a local delivery takes the mailbox
   // lock, under which a stopped PyActor may be freed (which takes the GIL).
-  m.def("request", [](std::size_t rank, std::uint64_t local, const py::bytes& payload) {
-    PyCall call{std::string(payload)};
+  m.def(
+      "request",
+      [](std::size_t rank, std::uint64_t local, const py::bytes& head, const py::list& buffers) {
+        wire::Payload payload = payloadOf(std::string(1, '\0'), head, buffers);
+        py::gil_scoped_release release;
+        return RequestFuture(
+            requestRaw(Proc::current(), ActorId{static_cast<Rank>(rank), local}, std::move(payload)));
+      },
+      "A direct call: the pickle's head and its out-of-band buffers, sent where they lie.");
+  m.def("send", [](std::size_t rank, std::uint64_t local, const py::bytes& head,
+                   const py::list& buffers) {
+    wire::Payload payload = payloadOf(std::string(1, '\1'), head, buffers);
     py::gil_scoped_release release;
-    return RequestFuture(
-        Proc::current().request<Outcome>(ActorId{static_cast<Rank>(rank), local}, call));
-  });
-  m.def("send", [](std::size_t rank, std::uint64_t local, const py::bytes& payload) {
-    PyCall call{std::string(payload), true};
-    py::gil_scoped_release release;
-    Proc::current().send(ActorId{static_cast<Rank>(rank), local}, call);
+    Proc::current().sendRaw(ActorId{static_cast<Rank>(rank), local}, kRawCallType,
+                            std::move(payload));
   });
   m.def("cast_call", [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
     PyCall call{std::string(payload)};
@@ -173,7 +223,7 @@ void bindActor(py::module_& m) {
         PyCall call{std::string(payload), true};
         // Released: the cast's aggregation may fold (and take the GIL) on a pool thread.
         py::gil_scoped_release release;
-        return RequestFuture(meshOf(shape, local).reduceByKey<Outcome>(call, reducerKey));
+        return OutcomeFuture(meshOf(shape, local).reduceByKey<Outcome>(call, reducerKey));
       },
       "Casts the pickled call and folds the outcomes at every hop with the reducer of "
       "reducerKey (a \"py:\" key: crown._runtime.reducer_key). get() raises MeshError "

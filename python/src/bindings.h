@@ -10,5 +10,6 @@ void bindRuntime(pybind11::module_& m);
 void bindMesh(pybind11::module_& m);
 void bindActor(pybind11::module_& m);
 void bindReduce(pybind11::module_& m);
+void bindPayload(pybind11::module_& m);  // py_payload.h
 
 }  // namespace crown::python

@@ -4,6 +4,7 @@
 PYBIND11_MODULE(_crown, m) {
   m.doc() = "crown's C++ runtime; use the crown package, not this module";
   crown::python::bindErrors(m);
+  crown::python::bindPayload(m);
   crown::python::bindRuntime(m);
   crown::python::bindMesh(m);
   crown::python::bindActor(m);

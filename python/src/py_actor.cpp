@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "gil.h"
+#include "py_payload.h"
 
 namespace py = pybind11;
 
@@ -33,6 +34,27 @@ PyActor::PyActor(std::string spawnPayload) {
     if (call.report && !outcome.empty() && outcome[0] == kRaisedTag)
       throw PythonError(outcome.substr(1));
     return PyOutcome{std::move(outcome)};
+  });
+  // Zero copy: the arguments' arrays wrap the received bytes, and the
+  // result's arrays go to the socket from their own memory.
+  handleRaw(kRawCallType, [this](wire::Bytes& payload) {
+    bool report = !payload.empty() && payload[0] != 0;
+    wire::Payload reply;
+    std::string failure;
+    {
+      Gil gil;
+      py::tuple parts = dispatch_(instance_, viewOf(std::move(payload), 1), report, true);
+      py::bytes head = parts[0];
+      std::string_view tagged = head;
+      if (report && !tagged.empty() && tagged[0] == kRaisedTag) {
+        failure = tagged.substr(1);
+      } else {
+        reply = payloadOf("", head, parts[1]);
+      }
+    }
+    // Thrown without the GIL, as above.
+    if (!failure.empty()) throw PythonError(failure);
+    return crown::detail::HandlerResult{kRawOutcomeType, std::move(reply)};
   });
   ++g_live;
 }

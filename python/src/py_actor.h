@@ -23,7 +23,15 @@ namespace crown::python {
 constexpr char kValueTag = '\x00';
 constexpr char kRaisedTag = '\x01';
 
-/// A pickled endpoint call: (method name, args, kwargs) with out-of-band buffers.
+/// Direct calls and sends skip C++ encoding: a RawCall's payload is a flag
+/// byte (1: report a Python exception as PythonError, as PyCall::report),
+/// then the pickle with its out-of-band buffers where they lie; the reply, a
+/// RawOutcome, is the tag byte and the pickle likewise (py_payload.h).
+inline const std::string kRawCallType = "crown.python.RawCall";
+inline const std::string kRawOutcomeType = "crown.python.RawOutcome";
+
+/// A pickled endpoint call: (method name, args, kwargs) with out-of-band
+/// buffers, as casts carry it.
 struct PyCall {
   std::string payload;
   /// A Python exception becomes a thrown PythonError instead of a reply:

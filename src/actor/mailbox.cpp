@@ -222,7 +222,8 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   t_currentProc = outerProc;
   if (delivery.complete) {
     if (result) {
-      delivery.complete(Outcome{nullptr, std::move(result->type), std::move(result->payload)});
+      delivery.complete(
+          Outcome{nullptr, std::move(result->type), std::move(result->payload).join()});
     } else {
       delivery.complete(Outcome{toException(failure), {}, {}});
     }

@@ -34,7 +34,7 @@ class Mailboxes {
  public:
   /// Sends a reply (or failure) frame answering `request`.
   using ReplyFn = std::function<void(const wire::Envelope& request, wire::MessageKind kind,
-                                     std::string type, wire::Bytes payload)>;
+                                     std::string type, wire::Payload payload)>;
 
   Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply);
   ~Mailboxes();

@@ -52,7 +52,7 @@ struct Proc::Impl {
         requests(options.size),
         mailboxes(proc, options.pool,
                   [this](const Envelope& request, MessageKind kind, std::string type,
-                         wire::Bytes payload) {
+                         wire::Payload payload) {
                     router.reply(request, kind, std::move(type), std::move(payload));
                   }),
         router(options.rank, options.size, *transport, requests, mailboxes, sequencer) {}
@@ -182,7 +182,7 @@ void Proc::deliverLocal(wire::Envelope envelope, wire::Bytes payload, detail::Co
       onThisThread);
 }
 
-void Proc::reply(const wire::Envelope& request, std::string type, wire::Bytes payload) {
+void Proc::reply(const wire::Envelope& request, std::string type, wire::Payload payload) {
   impl_->router.reply(request, MessageKind::kReply, std::move(type), std::move(payload));
 }
 

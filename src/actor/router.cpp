@@ -52,7 +52,7 @@ void Router::deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwor
 }
 
 void Router::reply(const Envelope& request, MessageKind kind, std::string type,
-                   wire::Bytes payload) {
+                   wire::Payload payload) {
   Envelope envelope{kind, request.dest, request.sender, request.requestId, std::move(type)};
   route({std::move(envelope), std::move(payload)});
 }

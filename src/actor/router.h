@@ -36,7 +36,7 @@ class Router {
   void deliver(wire::Envelope&& envelope, wire::Bytes&& payload, bool fromNetwork);
   /// Answers `request` with a reply or failure frame.
   void reply(const wire::Envelope& request, wire::MessageKind kind, std::string type,
-             wire::Bytes payload);
+             wire::Payload payload);
 
  private:
   Rank rank_;

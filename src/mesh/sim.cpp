@@ -18,7 +18,7 @@ SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims)
   auto hosts = std::make_shared<const std::vector<std::string>>(procs, "sim");
   procs_.reserve(procs);
   for (Rank rank = 0; rank < size; ++rank) {
-    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, {meshModule()}};
+    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, {meshModule()}, nullptr};
     // The in-process transport needs no endpoints.
     procs_.push_back(std::make_unique<Proc>(options, transport::makeLocalTransport(hub_, rank),
                                             std::vector<std::string>(size)));

@@ -1,8 +1,52 @@
 #include "crown/wire/payload.h"
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 
 namespace crown::wire {
+
+namespace {
+std::atomic<std::size_t> g_copied{0};
+
+std::mutex g_recycledMutex;
+std::vector<Bytes>& recycled() {
+  static auto* kept = new std::vector<Bytes>();  // never destroyed: used at exit too
+  return *kept;
+}
+}  // namespace
+
+Bytes takeRecycled(std::size_t bytes) {
+  if (bytes < kRecycledBytes) return {};
+  std::lock_guard lock(g_recycledMutex);
+  auto& kept = recycled();
+  for (auto it = kept.begin(); it != kept.end(); ++it) {
+    // Not much larger than needed, so a small payload does not pin a huge buffer.
+    if (it->capacity() >= bytes && it->capacity() <= 2 * bytes) {
+      Bytes buffer = std::move(*it);
+      kept.erase(it);
+      return buffer;
+    }
+  }
+  return {};
+}
+
+void recycle(Bytes&& buffer) {
+  if (buffer.capacity() < kRecycledBytes) return;
+  Bytes freed;
+  {
+    std::lock_guard lock(g_recycledMutex);
+    auto& kept = recycled();
+    if (kept.size() == kRecycledBuffers) {  // the oldest goes
+      freed = std::move(kept.front());
+      kept.erase(kept.begin());
+    }
+    kept.push_back(std::move(buffer));
+  }
+}
+
+void countCopied(std::size_t bytes) { g_copied.fetch_add(bytes, std::memory_order_relaxed); }
+std::size_t copiedBytes() { return g_copied.load(std::memory_order_relaxed); }
 
 void Payload::append(std::shared_ptr<const void> owner, const char* data, std::size_t size) {
   if (size == 0) return;
@@ -21,6 +65,7 @@ Bytes Payload::join() && {
     std::memcpy(out.data() + at, segment.data, segment.size);
     at += segment.size;
   }
+  countCopied(segmentBytes_);
   segments_.clear();
   segmentBytes_ = 0;
   return out;

@@ -21,12 +21,13 @@ using wire::ActorId;
 class Proc;
 
 namespace detail {
-/// A handler's outcome on the wire: the reply's type name and bytes.
+/// A handler's outcome on the wire: the reply's type name and payload.
 struct HandlerResult {
   std::string type;
-  wire::Bytes payload;
+  wire::Payload payload;
 };
-using Handler = std::function<HandlerResult(const wire::Bytes&)>;
+/// Takes the message's payload, which a raw handler may move from.
+using Handler = std::function<HandlerResult(wire::Bytes&)>;
 struct ActorAccess;
 }  // namespace detail
 
@@ -61,6 +62,14 @@ class Actor {
         return detail::HandlerResult{wire::messageName<R>(), wire::toBytes(fn(message))};
       }
     };
+  }
+
+  /// Registers a handler of message type name `type` that takes the payload
+  /// as it arrived (no decoding, and it may keep the bytes) and answers with
+  /// a reply type name and payload of its own: for front ends with their own
+  /// encoding (Python's pickles).
+  void handleRaw(const std::string& type, detail::Handler handler) {
+    handlers_[type] = std::move(handler);
   }
 
  private:

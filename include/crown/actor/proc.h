@@ -166,7 +166,7 @@ class Proc {
   /// how a cast hop delivers to its member actor.
   void deliverLocal(wire::Envelope envelope, wire::Bytes payload, detail::Completion complete);
   /// Answers a kRequest that a raw agent took, from any thread, later.
-  void reply(const wire::Envelope& request, std::string type, wire::Bytes payload);
+  void reply(const wire::Envelope& request, std::string type, wire::Payload payload);
   void replyFailure(const wire::Envelope& request, std::exception_ptr error);
   /// Who sends from this thread now: the running actor, else {rank, 0}.
   ActorId currentSender() const;

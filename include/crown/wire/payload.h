@@ -45,4 +45,22 @@ class Payload {
   std::size_t segmentBytes_ = 0;
 };
 
+/// Large receive buffers, recycled: new memory costs a page fault per page at
+/// its first touch, so a buffer that held a received payload (at least
+/// kRecycledBytes) can be handed back when its last reader is done, and the
+/// next large payload is read into it. A few are kept (kRecycledBuffers).
+/// Thread-safe.
+constexpr std::size_t kRecycledBytes = 8 << 20;
+constexpr std::size_t kRecycledBuffers = 4;
+/// A buffer with room for `bytes` (its contents undefined), recycled if one
+/// is kept, else empty (the caller allocates).
+Bytes takeRecycled(std::size_t bytes);
+void recycle(Bytes&& buffer);
+
+/// Payload bytes that crown's own code copied in this process (encoding,
+/// decoding, joining, reading past a frame's head), so that tests can count
+/// the copies of a message's journey. Thread-safe.
+void countCopied(std::size_t bytes);
+std::size_t copiedBytes();
+
 }  // namespace crown::wire

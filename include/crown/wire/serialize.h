@@ -42,6 +42,7 @@ Bytes toBytes(const T& value) {
   Bytes out;
   OArchive archive(out);
   archive << value;
+  countCopied(out.size());
   return out;
 }
 
@@ -49,6 +50,7 @@ Bytes toBytes(const T& value) {
 template <class T>
 T fromBytes(const char* data, std::size_t size) {
   T value{};
+  countCopied(size);
   try {
     IArchive archive(data, size);
     archive >> value;

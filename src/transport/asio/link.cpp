@@ -56,6 +56,18 @@ std::string describeRemote(Socket& socket) {
   return "local socket";
 }
 
+// Bulk payloads move in fewer, larger writes and reads with socket buffers
+// past the 208 KiB default (the kernel caps them at net.core.[rw]mem_max).
+constexpr int kSocketBufferBytes = 4 << 20;
+
+void tuneSocket(Socket& socket) {
+  boost::system::error_code ignored;
+  if (isTcp(socket)) socket.set_option(tcp::no_delay(true), ignored);
+  socket.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
+  socket.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
+  socket.non_blocking(true, ignored);
+}
+
 // A broken connection as a LinkError: the peer closed it, or it broke.
 LinkError connectionError(const boost::system::error_code& ec, const std::string& what) {
   Kind kind = ec == asio::error::eof ? Kind::kClosed : Kind::kReset;
@@ -92,9 +104,7 @@ Link::Link(AsioBackend& backend, Strand strand, Socket socket)
       strand_(std::move(strand)),
       socket_(std::move(socket)),
       remote_(describeRemote(socket_)) {
-  boost::system::error_code ignored;
-  if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true), ignored);
-  socket_.non_blocking(true, ignored);
+  tuneSocket(socket_);
 }
 
 void Link::send(OutMessage message) {
@@ -296,8 +306,7 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
   try {
     co_await socket_.async_connect(backend_.target(peer_), asio::use_awaitable);
     connected = true;
-    if (isTcp(socket_)) socket_.set_option(tcp::no_delay(true));
-    socket_.non_blocking(true);
+    tuneSocket(socket_);
     remote_ = where;
 
     std::array<std::uint8_t, kHelloBytes> hello{};
