@@ -318,8 +318,9 @@ def crown_side():
 
         # Where crown's round trip goes (diagnostics, same actor, same run).
         prepared = _pickle.dumps(("echo", (PAYLOAD,), {}))
+        head, buffers = _pickle.dumps_parts(("echo", (PAYLOAD,), {}))
         local = actor._local
-        raw = round_trips(lambda: _crown.request(1, local, prepared).get(), WARMUP, half)
+        raw = round_trips(lambda: _crown.request(1, local, head, buffers).get(), WARMUP, half)
         outbound, inbound = [], []
         for i in range(WARMUP + half):
             start = time.perf_counter()

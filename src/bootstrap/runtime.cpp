@@ -41,10 +41,10 @@ void copyText(char* out, std::size_t size, const std::string& text) {
 // it); a communicator of crown's own; rank, size and the ranks of this host.
 bool startMpi(int* argc, char*** argv, MPI_Comm& comm, Topology& topo) {
   int initialised = 0;
-  MPI_Initialized(&initialised);
+  CROWN_CHECK_MPI(MPI_Initialized(&initialised));
   int provided = 0;
   if (initialised) {
-    MPI_Query_thread(&provided);
+    CROWN_CHECK_MPI(MPI_Query_thread(&provided));
   } else {
     CROWN_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   }

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/cuda_check.h"
+
 namespace crown::cuda {
 
 int deviceCount() {
@@ -16,7 +18,7 @@ int deviceCount() {
 
 int runtimeVersion() {
   int version = 0;
-  cudaRuntimeGetVersion(&version);
+  CROWN_CHECK_CUDA(cudaRuntimeGetVersion(&version));
   return version;
 }
 

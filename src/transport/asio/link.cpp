@@ -24,17 +24,6 @@ constexpr auto kStreamingGap = std::chrono::microseconds(10);
 // A frame of more buffers than this waits for the strand's gathered write.
 constexpr std::size_t kMaxDirectBuffers = 64;
 
-// Thrown inside the link's coroutines only, and caught at their ends.
-struct LinkFailure : std::runtime_error {
-  explicit LinkFailure(LinkError e) : std::runtime_error(e.message), error(std::move(e)) {}
-  LinkError error;
-};
-
-bool isTcp(Socket& socket) {
-  int family = socket.local_endpoint().protocol().family();
-  return family == AF_INET || family == AF_INET6;
-}
-
 // "address:port" of a TCP peer, for logs; "local socket" otherwise.
 std::string describeRemote(Socket& socket) {
   sockaddr_storage address{};
@@ -54,18 +43,6 @@ std::string describeRemote(Socket& socket) {
     return "[" + std::string(text) + "]:" + std::to_string(ntohs(in->sin6_port));
   }
   return "local socket";
-}
-
-// Bulk payloads move in fewer, larger writes and reads with socket buffers
-// past the 208 KiB default (the kernel caps them at net.core.[rw]mem_max).
-constexpr int kSocketBufferBytes = 4 << 20;
-
-void tuneSocket(Socket& socket) {
-  boost::system::error_code ignored;
-  if (isTcp(socket)) socket.set_option(tcp::no_delay(true), ignored);
-  socket.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
-  socket.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
-  socket.non_blocking(true, ignored);
 }
 
 // A broken connection as a LinkError: the peer closed it, or it broke.
@@ -92,6 +69,23 @@ void gatherBuffers(const std::string& head, const wire::Payload& payload, std::s
 }
 
 }  // namespace
+
+bool isTcp(Socket& socket) {
+  int family = socket.local_endpoint().protocol().family();
+  return family == AF_INET || family == AF_INET6;
+}
+
+// Bulk payloads move in fewer, larger writes and reads with socket buffers
+// past the 208 KiB default (the kernel caps them at net.core.[rw]mem_max).
+constexpr int kSocketBufferBytes = 4 << 20;
+
+void tuneSocket(Socket& socket) {
+  boost::system::error_code ignored;
+  if (isTcp(socket)) socket.set_option(tcp::no_delay(true), ignored);
+  socket.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
+  socket.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
+  socket.non_blocking(true, ignored);
+}
 
 Link::Link(AsioBackend& backend, Rank peer)
     : backend_(backend),
@@ -160,15 +154,18 @@ void Link::send(OutMessage message) {
 // only after the state leaves kReady, which needs mutex_.
 bool Link::tryWriteDirect(QueuedFrame& frame) {
   if (frame.message.payload.segments().size() + 2 > kMaxDirectBuffers) return false;
-  struct Iov : iovec {
-    Iov(const char* data, std::size_t size) : iovec{const_cast<char*>(data), size} {}
-  };
-  std::vector<Iov> iov;
-  iov.reserve(frame.message.payload.segments().size() + 2);
+  // On the stack: this is every request's path.
+  struct Iovecs {
+    iovec entries[kMaxDirectBuffers];
+    std::size_t count = 0;
+    void emplace_back(const char* data, std::size_t size) {
+      entries[count++] = iovec{const_cast<char*>(data), size};
+    }
+  } iov;
   gatherBuffers(frame.head, frame.message.payload, 0, iov);
   msghdr msg{};
-  msg.msg_iov = iov.data();
-  msg.msg_iovlen = iov.size();
+  msg.msg_iov = iov.entries;
+  msg.msg_iovlen = iov.count;
   ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
@@ -288,118 +285,6 @@ void Link::scheduleHeartbeat() {
     }
     self->scheduleHeartbeat();
   });
-}
-
-asio::awaitable<void> Link::connectAndAuthenticate() {
-  const auto& options = backend_.options();
-  asio::steady_timer deadline(strand_);
-  deadline.expires_after(options.connectTimeout + options.authTimeout);
-  bool expired = false;
-  deadline.async_wait([this, &expired](boost::system::error_code ec) {
-    if (ec) return;
-    expired = true;
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-  });
-  std::string where = backend_.describePeer(peer_);
-  bool connected = false;
-  try {
-    co_await socket_.async_connect(backend_.target(peer_), asio::use_awaitable);
-    connected = true;
-    tuneSocket(socket_);
-    remote_ = where;
-
-    std::array<std::uint8_t, kHelloBytes> hello{};
-    co_await asio::async_read(socket_, asio::buffer(hello), asio::use_awaitable);
-    auto serverNonce = decodeHello(hello);
-    if (!serverNonce) throw ProtocolError("peer did not greet with a crown hello");
-    ClientAuth auth{options.rank, randomNonce(), {}};
-    auth.proof = clientProof(options.secret, *serverNonce, auth.nonce, options.rank);
-    auto clientBytes = encodeClientAuth(auth);
-    co_await asio::async_write(socket_, asio::buffer(clientBytes), asio::use_awaitable);
-    Mac answer{};
-    co_await asio::async_read(socket_, asio::buffer(answer), asio::use_awaitable);
-    if (!macEqual(answer, serverProof(options.secret, *serverNonce, auth.nonce, options.rank))) {
-      throw ProtocolError("peer failed to prove it knows the job secret");
-    }
-  } catch (const boost::system::system_error& e) {
-    deadline.cancel();
-    if (expired) throw LinkFailure({Kind::kTimeout, "timed out connecting to " + where});
-    if (!connected) {
-      Kind kind = e.code() == asio::error::connection_refused ? Kind::kRefused : Kind::kReset;
-      throw LinkFailure({kind, "cannot connect to " + where + ": " + e.code().message()});
-    }
-    // The server hangs up on a client whose proof fails (SEC-1).
-    throw LinkFailure({Kind::kAuthFailed, "handshake with " + where + " failed: " +
-                                              e.code().message()});
-  } catch (const std::exception& e) {
-    deadline.cancel();
-    throw LinkFailure({Kind::kAuthFailed, "handshake with " + where + " failed: " + e.what()});
-  }
-  deadline.cancel();
-  bool flush = false;
-  {
-    std::lock_guard lock(mutex_);
-    if (state_ != State::kConnecting) co_return;
-    state_ = State::kReady;
-    flush = writing_ = !queue_.empty();
-  }
-  if (flush) startWrite();
-  startHeartbeats();
-  co_await readFrames();
-}
-
-void Link::startServer() {
-  asio::co_spawn(
-      strand_,
-      [self = shared_from_this()]() -> asio::awaitable<void> {
-        if (co_await self->authenticateClient()) {
-          {
-            std::lock_guard lock(self->mutex_);
-            if (self->state_ == State::kIdle) self->state_ = State::kReady;
-          }
-          self->backend_.offerSendLink(self->peer_, self);
-          self->startHeartbeats();
-          co_await self->readFrames();
-        }
-      },
-      [self = shared_from_this()](std::exception_ptr) {
-        self->close();
-        self->backend_.forget(self, false);
-      });
-}
-
-// SEC-1: nothing is read as a frame until the peer has proved it holds the
-// job secret; a peer that stalls is cut off by the deadline.
-asio::awaitable<bool> Link::authenticateClient() {
-  const auto& options = backend_.options();
-  asio::steady_timer deadline(strand_);
-  deadline.expires_after(options.authTimeout);
-  deadline.async_wait([this](boost::system::error_code ec) {
-    if (!ec) close();
-  });
-  try {
-    Nonce serverNonce = randomNonce();
-    auto hello = encodeHello(serverNonce);
-    co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
-    std::array<std::uint8_t, kClientAuthBytes> clientBytes{};
-    co_await asio::async_read(socket_, asio::buffer(clientBytes), asio::use_awaitable);
-    ClientAuth auth = decodeClientAuth(clientBytes);
-    if (auth.rank >= options.size ||
-        !macEqual(auth.proof, clientProof(options.secret, serverNonce, auth.nonce, auth.rank))) {
-      log::get().warn("rejected connection from {}: authentication failed", remote_);
-      co_return false;
-    }
-    Mac answer = serverProof(options.secret, serverNonce, auth.nonce, auth.rank);
-    co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
-    peer_ = auth.rank;
-  } catch (const std::exception& e) {
-    log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
-                    e.what());
-    co_return false;
-  }
-  deadline.cancel();
-  co_return true;
 }
 
 asio::awaitable<void> Link::readFrames() {

@@ -21,6 +21,16 @@
 
 namespace crown::transport {
 
+// Thrown inside a link's coroutines only, and caught at their ends.
+struct LinkFailure : std::runtime_error {
+  explicit LinkFailure(LinkError e) : std::runtime_error(e.message), error(std::move(e)) {}
+  LinkError error;
+};
+
+bool isTcp(Socket& socket);
+/// No Nagle on TCP, large socket buffers, non-blocking (for direct writes).
+void tuneSocket(Socket& socket);
+
 class Link : public std::enable_shared_from_this<Link> {
  public:
   /// A client link to `peer`; connects on the first send.

@@ -4,8 +4,10 @@
 
 #include "crown/config.h"
 #include "crown/cuda/device.h"
+#include "cuda/cuda_check.h"
 #if CROWN_WITH_NCCL_ENABLED
 #include "crown/cuda/nccl.h"
+#include "cuda/nccl_check.h"
 #endif
 
 namespace crown::cuda {
@@ -24,8 +26,33 @@ TEST(Cuda, ADeviceIsUsableWhenPresent) {
   EXPECT_GT(deviceCount(), 0);
 }
 
+// A failed call names itself, CUDA's reason and where (no device needed:
+// device -1 never exists).
+TEST(Cuda, AFailedCallThrowsWithItsNameAndPlace) {
+  try {
+    CROWN_CHECK_CUDA(cudaSetDevice(-1));
+    FAIL() << "cudaSetDevice(-1) succeeded";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("cudaSetDevice(-1) failed: "), std::string::npos) << what;
+    EXPECT_NE(what.find("device_test.cpp:"), std::string::npos) << what;
+  }
+  EXPECT_EQ(deviceCount(), deviceCount());  // and left no sticky error
+}
+
 #if CROWN_WITH_NCCL_ENABLED
 TEST(Nccl, VersionIsKnown) { EXPECT_GE(ncclVersion(), 20000); }
+
+TEST(Nccl, AFailedCallThrowsWithItsNameAndPlace) {
+  try {
+    CROWN_CHECK_NCCL(ncclCommCount(nullptr, nullptr));
+    FAIL() << "ncclCommCount on a null communicator succeeded";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("ncclCommCount(nullptr, nullptr) failed: "), std::string::npos) << what;
+    EXPECT_NE(what.find("device_test.cpp:"), std::string::npos) << what;
+  }
+}
 #endif
 
 }  // namespace
