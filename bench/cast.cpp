@@ -151,28 +151,21 @@ double castAndReduce(const MemberMesh& mesh) {
   return micros;
 }
 
-/// Sets CROWN_CAST_FANOUT for a scope (castFanout() reads it at every cast,
-/// on the sender only), then puts back what was there: unset stays unset.
-/// Only between casts: setenv races any getenv on crown's threads, which
-/// are idle then.
+/// Sets the k of the casts this proc sends for a scope (only the sender's
+/// counts: the cast carries it), then puts back the one it had.
 class ScopedFanout {
  public:
-  explicit ScopedFanout(std::optional<std::size_t> fanout) {
-    if (const char* old = std::getenv("CROWN_CAST_FANOUT")) old_ = old;
-    if (fanout) setenv("CROWN_CAST_FANOUT", std::to_string(*fanout).c_str(), 1);
+  explicit ScopedFanout(std::optional<std::size_t> fanout)
+      : proc_(crown::Proc::current()), old_(crown::mesh::castFanout(proc_)) {
+    if (fanout) crown::mesh::setCastFanout(proc_, *fanout);
   }
-  ~ScopedFanout() {
-    if (old_) {
-      setenv("CROWN_CAST_FANOUT", old_->c_str(), 1);
-    } else {
-      unsetenv("CROWN_CAST_FANOUT");
-    }
-  }
+  ~ScopedFanout() { crown::mesh::setCastFanout(proc_, old_); }
   ScopedFanout(const ScopedFanout&) = delete;
   ScopedFanout& operator=(const ScopedFanout&) = delete;
 
  private:
-  std::optional<std::string> old_;
+  crown::Proc& proc_;
+  std::size_t old_;
 };
 
 struct TreeFacts {
@@ -336,7 +329,7 @@ int runSimulated(const std::filesystem::path& results) {
   nlohmann::json part = {
       {"config",
        {{"payload_bytes", kPayloadBytes},
-        {"fanout", crown::mesh::castFanout()},
+        {"fanout", points.front().tree.fanout},
         {"cores", cores},
         {"collect_budget_s", kSimCollectBudgetSeconds},
         {"reduce_budget_s", kSimReduceBudgetSeconds},

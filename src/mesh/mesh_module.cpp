@@ -67,6 +67,11 @@ Proc::ModuleFactory meshModule() {
 
 std::size_t castFanout(Proc& proc) { return detail::MeshModule::of(proc).fanout(); }
 
+void setCastFanout(Proc& proc, std::size_t fanout) {
+  if (fanout == 0) throw ConfigError("a cast needs a fan-out of at least 1");
+  detail::MeshModule::of(proc).setFanout(fanout);
+}
+
 void cast(Proc& proc, CastRequest request, std::function<void(CastResult&&)> done,
           std::function<void(CastEntry&&)> onEntry) {
   detail::MeshModule::of(proc).caster().castFrom(std::move(request), std::move(done),

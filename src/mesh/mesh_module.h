@@ -29,6 +29,7 @@ class MeshModule : public Proc::Module {
   /// The mesh agent's id: the same on every proc (module.h).
   std::uint64_t meshAgentId() const { return meshAgent_; }
   std::size_t fanout() const { return fanout_; }
+  void setFanout(std::size_t fanout) { fanout_ = fanout; }
   /// A local id no other mesh in the job has: kMeshLocalBit, this rank, a count.
   std::uint64_t newMeshLocal();
   /// A counter for choose()'s round robin.
@@ -44,7 +45,7 @@ class MeshModule : public Proc::Module {
   Proc* proc_ = nullptr;
   std::unique_ptr<CastAgent> caster_;
   std::uint64_t meshAgent_ = 0;
-  std::size_t fanout_ = 16;
+  std::atomic<std::size_t> fanout_{16};
   std::atomic<std::uint32_t> nextMesh_{1};
   std::atomic<std::size_t> nextChoice_{0};
   std::mutex pointsMutex_;

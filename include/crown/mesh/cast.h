@@ -27,6 +27,10 @@ namespace crown::mesh {
 /// CROWN_CAST_FANOUT (default 16): the k of the cast trees from `proc`,
 /// read once, when its mesh module was installed.
 std::size_t castFanout(Proc& proc = Proc::current());
+/// Sets the k of the casts sent from `proc` from now on (benchmarks compare
+/// trees this way); each cast carries its k, so only the sender's counts.
+/// Throws ConfigError for 0.
+void setCastFanout(Proc& proc, std::size_t fanout);
 
 enum class CastMode : std::uint8_t {
   kBroadcast = 0,  ///< no replies

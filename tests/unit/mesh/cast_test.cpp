@@ -324,6 +324,19 @@ TEST(Cast, ALostMemberMidCallGetsProcessLost) {
   EXPECT_EQ(replies.failures().size(), 1u);
 }
 
+// The sender's k can be set between casts; the cast carries it to the hops.
+TEST(Cast, TheSendersFanoutCanBeSetBetweenCasts) {
+  SimulatedWorld sim(64);
+  auto workers = sim.world().spawn<Worker>("worker");
+  Proc& controller = Proc::current();
+  mesh::setCastFanout(controller, 2);
+  EXPECT_EQ(mesh::castFanout(controller), 2u);
+  EXPECT_EQ(workers.reduce<int>(AddRank{0}, mesh::Sum{}).get(10s), 63 * 64 / 2);
+  mesh::setCastFanout(controller, 16);
+  EXPECT_EQ(workers.call<int>(AddRank{0}).get(10s).at(40), 40);
+  EXPECT_THROW(mesh::setCastFanout(controller, 0), ConfigError);
+}
+
 // SIM-1 at scale: a cast and collect through a tree of 4,096 virtual procs.
 TEST(Cast, FourThousandVirtualProcs) {
   SimulatedWorld sim(4096, {{"hosts", 256}, {"procs", 16}});
