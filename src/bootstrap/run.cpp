@@ -73,7 +73,7 @@ int run(int argc, char** argv, const std::function<void(Controller&)>& main) {
   try {
     runtime = &Runtime::init(&argc, &argv);
   } catch (const std::exception& e) {
-    std::cerr << e.what() << std::endl;
+    if (!Runtime::failureReported()) std::cerr << e.what() << std::endl;
     return 1;
   }
   if (runtime->topology().rank != 0) return serveUntilShutdown(*runtime);

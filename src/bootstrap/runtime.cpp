@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -24,6 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 
 Runtime* g_runtime = nullptr;
+bool g_failureReported = false;  // init printed its failure on this rank
 
 // What every rank tells every other at bootstrap, fixed-size for MPI_Allgather.
 struct RankRecord {
@@ -195,6 +197,19 @@ Runtime& Runtime::current() {
 
 void Runtime::onMpiThread(std::function<void()> fn) { mpi_->service->call(std::move(fn)); }
 
+bool Runtime::failureReported() { return g_failureReported; }
+
+// Every rank says why before any leaves: finish() ends in MPI_Finalize,
+// which waits for every rank, and mpirun ends the job at the first rank that
+// exits non-zero, so a message printed after it might never appear.
+void Runtime::failBootstrap(Runtime& self, const std::string& why) {
+  std::string message = "crown bootstrap failed:" + why;
+  std::cerr << message << std::endl;
+  g_failureReported = true;
+  self.finish(1);
+  throw BootstrapError(message);
+}
+
 Runtime& Runtime::init(int* argc, char*** argv) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
   static Runtime self;
@@ -214,10 +229,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   });
   std::string failures;
   std::vector<std::string> peers = readRecords(records, topo, failures);
-  if (!failures.empty()) {
-    self.finish(1);
-    throw BootstrapError("crown bootstrap failed:" + failures);
-  }
+  if (!failures.empty()) failBootstrap(self, failures);
   self.addresses_ = transport::decodeAddresses(peers[topo.rank]);
   // From here on MPI is reached through the service's operations too.
   self.mpi_->service->adoptWorld(self.mpi_->comm, topo.hostNames);
@@ -235,10 +247,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
 
   std::string verdict = topo.rank == 0 ? pingEveryRank(*self.proc_, topo) : "";
   self.onMpiThread([&] { broadcastText(verdict, self.mpi_->comm); });
-  if (!verdict.empty()) {
-    self.finish(1);
-    throw BootstrapError("crown bootstrap failed:" + verdict);
-  }
+  if (!verdict.empty()) failBootstrap(self, verdict);
   std::string listening;
   for (const auto& [backend, address] : self.addresses_) listening += " " + backend;
   log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on{}", topo.rank,

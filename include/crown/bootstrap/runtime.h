@@ -36,6 +36,9 @@ class Runtime {
   static Runtime& init(int* argc, char*** argv);
   /// The runtime of this process; throws crown::Error before init.
   static Runtime& current();
+  /// True when init failed and has printed why on this rank already (every
+  /// rank prints before any exits).
+  static bool failureReported();
 
   const Topology& topology() const { return topology_; }
   Proc& proc() { return *proc_; }
@@ -58,6 +61,7 @@ class Runtime {
 
  private:
   Runtime();
+  [[noreturn]] static void failBootstrap(Runtime& self, const std::string& why);
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   Topology topology_;
