@@ -1,5 +1,6 @@
 #include "py_payload.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "gil.h"
@@ -8,6 +9,10 @@ namespace py = pybind11;
 
 namespace crown::python {
 namespace {
+
+// Below this a received payload is handed to Python as bytes (one small
+// copy); from it up, as a view of the received buffer.
+constexpr std::size_t kViewFromBytes = 64 * 1024;
 
 // Received bytes, kept alive by every memoryview (and every numpy array)
 // made from them; recycled for the next large payload once they are done.
@@ -52,6 +57,12 @@ wire::Payload payloadOf(const std::string& prefix, const py::bytes& head,
 }
 
 py::object viewOf(wire::Bytes&& bytes, std::size_t offset) {
+  offset = std::min(offset, bytes.size());
+  if (bytes.size() < kViewFromBytes) {
+    // Small: a bytes object costs less than a buffer object and its view.
+    wire::countCopied(bytes.size() - offset);
+    return py::bytes(bytes.data() + offset, bytes.size() - offset);
+  }
   auto owner = py::cast(ReceivedBuffer(std::move(bytes)));
   py::object view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
   if (!view) throw py::error_already_set();

@@ -20,7 +20,8 @@ namespace crown::python {
 wire::Payload payloadOf(const std::string& prefix, const pybind11::bytes& head,
                         const pybind11::list& buffers);
 
-/// A writable memoryview of `bytes` past `offset`, owning them. With the GIL.
+/// `bytes` past `offset` for Python: a writable memoryview owning them, or,
+/// for a small payload, a bytes copy (cheaper than the view). With the GIL.
 pybind11::object viewOf(wire::Bytes&& bytes, std::size_t offset = 0);
 
 /// Registers ReceivedBuffer (what viewOf's memoryviews are of).
