@@ -148,8 +148,12 @@ void Mailboxes::refuse(Delivery& delivery, const RemoteFailure& failure) {
   } else if (delivery.complete) {
     delivery.complete(Outcome{toException(failure), {}, {}});
   } else {
-    reply_(envelope, MessageKind::kFailure, "crown::RemoteFailure", wire::toBytes(failure));
+    replyFailure(envelope, failure);
   }
+}
+
+void Mailboxes::replyFailure(const Envelope& request, const RemoteFailure& failure) {
+  reply_(request, MessageKind::kFailure, kRemoteFailureType, wire::toBytes(failure));
 }
 
 // Nothing waits forever behind a gap (ORD-1 with DLV-1): if sender is still
@@ -241,7 +245,7 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   if (result) {
     reply_(envelope, MessageKind::kReply, std::move(result->type), std::move(result->payload));
   } else {
-    reply_(envelope, MessageKind::kFailure, "crown::RemoteFailure", wire::toBytes(failure));
+    replyFailure(envelope, failure);
   }
 }
 

@@ -187,7 +187,7 @@ void Proc::reply(const wire::Envelope& request, std::string type, wire::Payload 
 }
 
 void Proc::replyFailure(const wire::Envelope& request, std::exception_ptr error) {
-  impl_->router.reply(request, MessageKind::kFailure, "crown::RemoteFailure",
+  impl_->router.reply(request, MessageKind::kFailure, detail::kRemoteFailureType,
                       wire::toBytes(detail::describeFailure(error, impl_->options.rank)));
 }
 

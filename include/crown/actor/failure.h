@@ -31,6 +31,9 @@ struct RemoteFailure {
   }
 };
 
+/// The type name a kFailure reply carries its RemoteFailure under.
+inline constexpr const char* kRemoteFailureType = "crown::RemoteFailure";
+
 /// The wire form of an exception (RemoteError, ProcessLost and ActorStopped
 /// keep their kind; anything else becomes kOther with its message).
 RemoteFailure describeFailure(std::exception_ptr error, Rank rank);
