@@ -29,6 +29,18 @@ std::int64_t integer(const char* name, std::int64_t fallback, std::int64_t min, 
   return value;
 }
 
+std::string choice(const char* name, const char* fallback,
+                   std::initializer_list<const char*> allowed) {
+  auto text = get(name);
+  if (!text) return fallback;
+  std::string accepted;
+  for (const char* value : allowed) {
+    if (*text == value) return *text;
+    accepted += accepted.empty() ? value : std::string("|") + value;
+  }
+  throw ConfigError(std::string(name) + "='" + *text + "' is not one of " + accepted);
+}
+
 std::chrono::milliseconds millis(const char* name, std::chrono::milliseconds fallback,
                                  std::chrono::milliseconds min, std::chrono::milliseconds max) {
   return std::chrono::milliseconds(integer(name, fallback.count(), min.count(), max.count()));

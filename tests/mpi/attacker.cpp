@@ -106,10 +106,12 @@ int main(int argc, char** argv) {
   });
   ok &= attempt(target, "wrong HMAC, then a frame", [&](Socket& socket) {
     auto hello = readHello(socket);
-    auto serverNonce = transport::decodeHello(hello);
-    if (!serverNonce) throw std::runtime_error("no hello");
-    transport::ClientAuth forged{0, transport::randomNonce(), {}};
-    forged.proof = transport::clientProof(transport::randomSecret(), *serverNonce, forged.nonce, 0);
+    auto decoded = transport::decodeHello(hello);
+    if (!decoded) throw std::runtime_error("no hello");
+    transport::LinkBinding link{decoded->security, decoded->server, 0, decoded->nonce,
+                                transport::randomNonce()};
+    transport::ClientAuth forged{0, link.clientNonce,
+                                 transport::clientProof(transport::randomSecret(), link)};
     auto bytes = transport::encodeClientAuth(forged);
     asio::write(socket, asio::buffer(bytes));
     asio::write(socket, asio::buffer(frameTo(dest)));

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -14,6 +15,9 @@ std::optional<std::string> get(const char* name);
 
 /// An integer setting in [min, max]; `fallback` when unset.
 std::int64_t integer(const char* name, std::int64_t fallback, std::int64_t min, std::int64_t max);
+
+/// One of `allowed` (case-sensitive); `fallback` when unset.
+std::string choice(const char* name, const char* fallback, std::initializer_list<const char*> allowed);
 
 /// A duration in milliseconds in [min, max]; `fallback` when unset.
 std::chrono::milliseconds millis(const char* name, std::chrono::milliseconds fallback,

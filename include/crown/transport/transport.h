@@ -94,6 +94,9 @@ struct AsioOptions {
   /// peers whose addresses name the same host.
   std::string host;
   Secret secret{};
+  /// What protects frames after the handshake (CROWN_FABRIC_SECURITY); every
+  /// rank of a job must use the same.
+  FabricSecurity security = FabricSecurity::kIntegrity;
   wire::FrameLimits limits;
   std::chrono::milliseconds connectTimeout{10000};
   std::chrono::milliseconds authTimeout{5000};

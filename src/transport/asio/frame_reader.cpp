@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -33,11 +34,16 @@ void allocateForPayload(wire::Bytes& payload, std::size_t bytes) {
 }
 }  // namespace
 
-FrameReader::FrameReader(const wire::FrameLimits& limits, std::size_t bufferBytes)
-    : limits_(limits), directThreshold_(bufferBytes), buffer_(bufferBytes) {}
+FrameReader::FrameReader(const wire::FrameLimits& limits, FrameOpener* opener,
+                         std::size_t bufferBytes)
+    : limits_(limits),
+      opener_(opener),
+      tagBytes_(opener != nullptr ? kFrameTagBytes : 0),
+      directThreshold_(bufferBytes),
+      buffer_(bufferBytes) {}
 
 std::span<std::byte> FrameReader::space() {
-  if (large_) {
+  if (readingLargePayload()) {
     auto& payload = large_->payload;
     return {reinterpret_cast<std::byte*>(payload.data()) + largeFilled_,
             payload.size() - largeFilled_};
@@ -47,7 +53,10 @@ std::span<std::byte> FrameReader::space() {
 }
 
 void FrameReader::commit(std::size_t n) {
-  if (large_) {
+  if (readingLargePayload()) {
+    if (opener_ != nullptr) {
+      opener_->update(reinterpret_cast<std::byte*>(large_->payload.data()) + largeFilled_, n);
+    }
     largeFilled_ += n;
   } else {
     end_ += n;
@@ -65,7 +74,9 @@ void FrameReader::reserve(std::size_t bytes) {
 
 std::optional<ReceivedFrame> FrameReader::next() {
   if (large_) {
-    if (largeFilled_ < large_->payload.size()) return std::nullopt;
+    if (readingLargePayload() || end_ - begin_ < tagBytes_) return std::nullopt;
+    if (opener_ != nullptr) opener_->finish(buffer_.data() + begin_);
+    begin_ += tagBytes_;
     auto frame = std::move(large_);
     large_.reset();
     return frame;
@@ -75,7 +86,7 @@ std::optional<ReceivedFrame> FrameReader::next() {
     if (available == 0) begin_ = end_ = 0;
     return std::nullopt;
   }
-  const std::byte* at = buffer_.data() + begin_;
+  std::byte* at = buffer_.data() + begin_;
   wire::FrameHeader header = wire::decodeHeader(at, limits_);  // limits checked before allocating
   std::size_t headBytes = wire::kFrameHeaderBytes + header.envelopeBytes;
   if (available < headBytes) {
@@ -83,26 +94,38 @@ std::optional<ReceivedFrame> FrameReader::next() {
     return std::nullopt;
   }
   std::size_t payloadBytes = static_cast<std::size_t>(header.payloadBytes);
-  std::size_t totalBytes = headBytes + payloadBytes;
+  std::size_t totalBytes = headBytes + payloadBytes + tagBytes_;
   if (available < totalBytes && payloadBytes <= directThreshold_) {
     reserve(totalBytes);
     return std::nullopt;
   }
+  std::byte* payload = at + headBytes;
+  if (opener_ != nullptr) {
+    opener_->begin(at, wire::kFrameHeaderBytes);
+    opener_->update(at + wire::kFrameHeaderBytes, header.envelopeBytes);
+  }
   ReceivedFrame frame;
-  frame.envelope = wire::decodeEnvelope(at + wire::kFrameHeaderBytes, header.envelopeBytes);
-  const char* payload = reinterpret_cast<const char*>(at + headBytes);
   if (available >= totalBytes) {
-    frame.payload.assign(payload, payloadBytes);
+    if (opener_ != nullptr) {
+      opener_->update(payload, payloadBytes);
+      opener_->finish(payload + payloadBytes);  // checked before anything is decoded
+    }
+    frame.envelope = wire::decodeEnvelope(at + wire::kFrameHeaderBytes, header.envelopeBytes);
+    frame.payload.assign(reinterpret_cast<const char*>(payload), payloadBytes);
     wire::countCopied(payloadBytes);
     begin_ += totalBytes;
     return frame;
   }
-  // A large payload: keep what arrived, read the rest in place.
-  std::size_t have = available - headBytes;
+  // A large payload: keep what arrived, read the rest in place. Its envelope
+  // is decoded now but handed out only once the tag checks (next()'s first branch).
+  frame.envelope = wire::decodeEnvelope(at + wire::kFrameHeaderBytes, header.envelopeBytes);
+  std::size_t have = std::min(available - headBytes, payloadBytes);
   allocateForPayload(frame.payload, payloadBytes);
   std::memcpy(frame.payload.data(), payload, have);
   wire::countCopied(have);
-  begin_ = end_ = 0;
+  if (opener_ != nullptr) opener_->update(reinterpret_cast<std::byte*>(frame.payload.data()), have);
+  begin_ += headBytes + have;
+  if (begin_ == end_) begin_ = end_ = 0;
   large_ = std::move(frame);
   largeFilled_ = have;
   return std::nullopt;

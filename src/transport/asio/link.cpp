@@ -51,10 +51,12 @@ LinkError connectionError(const boost::system::error_code& ec, const std::string
   return {kind, what + ": " + ec.message()};
 }
 
-// The buffers of `frame` past its first `skip` bytes, appended to `out`.
+}  // namespace
+
+// The buffers of `frame` past its first `frame.written` bytes, appended to `out`.
 template <class Out>
-void gatherBuffers(const std::string& head, const wire::Payload& payload, std::size_t skip,
-                   Out& out) {
+void Link::gatherBuffers(const QueuedFrame& frame, Out& out) {
+  std::size_t skip = frame.written;
   auto add = [&](const char* data, std::size_t size) {
     if (skip >= size) {
       skip -= size;
@@ -63,12 +65,16 @@ void gatherBuffers(const std::string& head, const wire::Payload& payload, std::s
     out.emplace_back(data + skip, size - skip);
     skip = 0;
   };
-  add(head.data(), head.size());
-  add(payload.head().data(), payload.head().size());
-  for (const auto& segment : payload.segments()) add(segment.data, segment.size);
+  add(frame.head.data(), frame.head.size());
+  if (frame.encrypted) {
+    add(frame.ciphertext.data(), frame.ciphertext.size());
+  } else {
+    const auto& payload = frame.message.payload;
+    add(payload.head().data(), payload.head().size());
+    for (const auto& segment : payload.segments()) add(segment.data, segment.size);
+  }
+  add(frame.tag.data(), frame.tagBytes);
 }
-
-}  // namespace
 
 bool isTcp(Socket& socket) {
   int family = socket.local_endpoint().protocol().family();
@@ -102,8 +108,9 @@ Link::Link(AsioBackend& backend, Strand strand, Socket socket)
 }
 
 void Link::send(OutMessage message) {
-  QueuedFrame frame{wire::encodeFrameHead(message.envelope, message.payload.size()),
-                    std::move(message)};
+  QueuedFrame frame;
+  frame.head = wire::encodeFrameHead(message.envelope, message.payload.size());
+  frame.message = std::move(message);
   std::unique_lock lock(mutex_);
   switch (state_) {
     case State::kDead: {
@@ -137,6 +144,7 @@ void Link::send(OutMessage message) {
       auto now = std::chrono::steady_clock::now();
       bool streaming = now - lastSend_ < kStreamingGap;
       lastSend_ = now;
+      seal(frame);
       if (!streaming && !writing_ && queue_.empty() && tryWriteDirect(frame)) return;
       queue_.push_back(std::move(frame));
       if (!writing_) {
@@ -153,7 +161,7 @@ void Link::send(OutMessage message) {
 // serialises this write against the pending read, and the socket is closed
 // only after the state leaves kReady, which needs mutex_.
 bool Link::tryWriteDirect(QueuedFrame& frame) {
-  if (frame.message.payload.segments().size() + 2 > kMaxDirectBuffers) return false;
+  if (frame.message.payload.segments().size() + 3 > kMaxDirectBuffers) return false;
   // On the stack: this is every request's path.
   struct Iovecs {
     iovec entries[kMaxDirectBuffers];
@@ -162,7 +170,7 @@ bool Link::tryWriteDirect(QueuedFrame& frame) {
       entries[count++] = iovec{const_cast<char*>(data), size};
     }
   } iov;
-  gatherBuffers(frame.head, frame.message.payload, 0, iov);
+  gatherBuffers(frame, iov);
   msghdr msg{};
   msg.msg_iov = iov.entries;
   msg.msg_iovlen = iov.count;
@@ -188,7 +196,7 @@ void Link::startWrite() {
     if (state_ != State::kReady) return;
     for (auto& frame : queue_) {
       if (frames == kMaxBatchFrames || (frames > 0 && bytes >= kMaxBatchBytes)) break;
-      gatherBuffers(frame.head, frame.message.payload, frame.written, buffers);
+      gatherBuffers(frame, buffers);
       bytes += frame.size() - frame.written;
       ++frames;
     }
@@ -236,6 +244,22 @@ void Link::fail(const LinkError& error) {
   backend_.forget(shared_from_this(), !error.peerLost());
   for (auto& frame : lost) backend_.callbacks().onSendFailed(peer_, std::move(frame.message), error);
   if (error.peerLost() && !backend_.stopping()) backend_.reportPeerLost(peer_, error);
+}
+
+void Link::beginSession(const LinkSession& session) {
+  if (session.security != FabricSecurity::kAuth) {
+    sealer_.emplace(session.security, session.sendKey);
+    opener_.emplace(session.security, session.receiveKey);
+  }
+  for (auto& frame : queue_) seal(frame);
+}
+
+void Link::seal(QueuedFrame& frame) {
+  if (!sealer_ || frame.sealed) return;
+  sealer_->seal(frame.head, frame.message.payload, frame.ciphertext, frame.tag);
+  frame.sealed = true;
+  frame.encrypted = sealer_->security() == FabricSecurity::kEncrypt;
+  frame.tagBytes = kFrameTagBytes;
 }
 
 bool Link::idle() {
@@ -288,7 +312,7 @@ void Link::scheduleHeartbeat() {
 }
 
 asio::awaitable<void> Link::readFrames() {
-  FrameReader reader(backend_.options().limits);
+  FrameReader reader(backend_.options().limits, opener_ ? &*opener_ : nullptr);
   try {
     for (;;) {
       auto space = reader.space();

@@ -9,6 +9,9 @@
 // empty (no thread hop on the latency path) and otherwise append to the
 // queue, which the link's strand drains with one gathered write per batch
 // (coalescing small frames; a payload's segments go out where they lie).
+// Once the handshake has given the link its session keys, every frame is
+// sealed (frame_seal.h) at the moment its place on the wire is fixed, under
+// the link's mutex: frames queued while connecting are sealed when it ends.
 #pragma once
 
 #include <atomic>
@@ -17,7 +20,9 @@
 #include <mutex>
 #include <optional>
 
+#include "crown/transport/handshake.h"
 #include "transport/asio/asio_backend.h"
+#include "transport/frame_seal.h"
 
 namespace crown::transport {
 
@@ -50,8 +55,16 @@ class Link : public std::enable_shared_from_this<Link> {
   struct QueuedFrame {
     std::string head;  // frame header + envelope
     OutMessage message;
-    std::size_t written = 0;  // bytes of head+payload already on the wire
-    std::size_t size() const { return head.size() + message.payload.size(); }
+    std::size_t written = 0;  // bytes of head+body+tag already on the wire
+    bool sealed = false;
+    bool encrypted = false;  // `ciphertext` goes out instead of the payload
+    std::string ciphertext;
+    FrameTag tag{};
+    std::size_t tagBytes = 0;
+    std::size_t bodySize() const {
+      return encrypted ? ciphertext.size() : message.payload.size();
+    }
+    std::size_t size() const { return head.size() + bodySize() + tagBytes; }
   };
 
   asio::awaitable<void> connectAndAuthenticate();
@@ -60,9 +73,14 @@ class Link : public std::enable_shared_from_this<Link> {
   /// Sends heartbeats while the link is quiet and fails it when the peer is.
   void startHeartbeats();  // on the strand
   void scheduleHeartbeat();
+  template <class Out>
+  static void gatherBuffers(const QueuedFrame& frame, Out& out);
   void startWrite();                      // on the strand
   void fail(const LinkError& error);      // any thread
   bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
+  /// Takes the handshake's keys and seals what queued meanwhile; with mutex_ held.
+  void beginSession(const LinkSession& session);
+  void seal(QueuedFrame& frame);  // with mutex_ held, in wire order
 
   AsioBackend& backend_;
   Rank peer_ = 0;  // a server link learns it in the handshake
@@ -74,6 +92,8 @@ class Link : public std::enable_shared_from_this<Link> {
   std::optional<LinkError> error_;  // why it died (kDead)
   bool writing_ = false;
   std::deque<QueuedFrame> queue_;
+  std::optional<FrameSealer> sealer_;  // under mutex_; none under FabricSecurity::kAuth
+  std::optional<FrameOpener> opener_;  // the reading coroutine's
   std::chrono::steady_clock::time_point lastSend_{};
   std::atomic<std::int64_t> lastHeard_{0};  // steady_clock ticks of the last bytes read
   asio::steady_timer heartbeat_{strand_};

@@ -21,25 +21,21 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
   });
   std::string where = backend_.describePeer(peer_);
   bool connected = false;
+  LinkSession session;
   try {
     co_await socket_.async_connect(backend_.target(peer_), asio::use_awaitable);
     connected = true;
     tuneSocket(socket_);
     remote_ = where;
 
+    ClientHandshake handshake(options.secret, options.security, options.rank, peer_);
     std::array<std::uint8_t, kHelloBytes> hello{};
     co_await asio::async_read(socket_, asio::buffer(hello), asio::use_awaitable);
-    auto serverNonce = decodeHello(hello);
-    if (!serverNonce) throw ProtocolError("peer did not greet with a crown hello");
-    ClientAuth auth{options.rank, randomNonce(), {}};
-    auth.proof = clientProof(options.secret, *serverNonce, auth.nonce, options.rank);
-    auto clientBytes = encodeClientAuth(auth);
-    co_await asio::async_write(socket_, asio::buffer(clientBytes), asio::use_awaitable);
-    Mac answer{};
+    auto clientAuth = handshake.onHello(hello);
+    co_await asio::async_write(socket_, asio::buffer(clientAuth), asio::use_awaitable);
+    std::array<std::uint8_t, kServerAuthBytes> answer{};
     co_await asio::async_read(socket_, asio::buffer(answer), asio::use_awaitable);
-    if (!macEqual(answer, serverProof(options.secret, *serverNonce, auth.nonce, options.rank))) {
-      throw ProtocolError("peer failed to prove it knows the job secret");
-    }
+    session = handshake.onServerAuth(answer);
   } catch (const boost::system::system_error& e) {
     deadline.cancel();
     if (expired) throw LinkFailure({Kind::kTimeout, "timed out connecting to " + where});
@@ -59,6 +55,7 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
   {
     std::lock_guard lock(mutex_);
     if (state_ != State::kConnecting) co_return;
+    beginSession(session);
     state_ = State::kReady;
     flush = writing_ = !queue_.empty();
   }
@@ -96,27 +93,32 @@ asio::awaitable<bool> Link::authenticateClient() {
   deadline.async_wait([this](boost::system::error_code ec) {
     if (!ec) close();
   });
+  LinkSession session;
   try {
-    Nonce serverNonce = randomNonce();
-    auto hello = encodeHello(serverNonce);
+    ServerHandshake handshake(options.secret, options.security, options.rank, options.size);
+    auto hello = handshake.hello();
     co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
-    std::array<std::uint8_t, kClientAuthBytes> clientBytes{};
-    co_await asio::async_read(socket_, asio::buffer(clientBytes), asio::use_awaitable);
-    ClientAuth auth = decodeClientAuth(clientBytes);
-    if (auth.rank >= options.size ||
-        !macEqual(auth.proof, clientProof(options.secret, serverNonce, auth.nonce, auth.rank))) {
-      log::get().warn("rejected connection from {}: authentication failed", remote_);
+    std::array<std::uint8_t, kClientAuthBytes> clientAuth{};
+    co_await asio::async_read(socket_, asio::buffer(clientAuth), asio::use_awaitable);
+    std::array<std::uint8_t, kServerAuthBytes> answer{};
+    try {
+      answer = handshake.onClientAuth(clientAuth, session);
+    } catch (const ProtocolError& e) {
+      log::get().warn("rejected connection from {}: {}", remote_, e.what());
       co_return false;
     }
-    Mac answer = serverProof(options.secret, serverNonce, auth.nonce, auth.rank);
     co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
-    peer_ = auth.rank;
+    peer_ = session.peer;
   } catch (const std::exception& e) {
     log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
                     e.what());
     co_return false;
   }
   deadline.cancel();
+  {
+    std::lock_guard lock(mutex_);
+    beginSession(session);
+  }
   co_return true;
 }
 

@@ -48,7 +48,7 @@ TEST(FrameReader, ManySmallFramesInOneRead) {
 }
 
 TEST(FrameReader, LargePayloadIsReadInPlace) {
-  FrameReader reader(wire::FrameLimits{}, 4096);
+  FrameReader reader(wire::FrameLimits{}, nullptr, 4096);
   std::string big(1 << 20, '\0');
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   std::string stream = frameBytes("big", big) + frameBytes("after", "x");
