@@ -152,9 +152,18 @@ MpiService& Proc::mpi() const {
   return *impl_->options.mpi;
 }
 
+void Proc::checkSendable(Rank to, std::size_t payloadBytes) const {
+  if (impl_->router.tooLarge(to, payloadBytes)) throw impl_->router.tooLargeError(to, payloadBytes);
+}
+
 std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payload payload,
                                detail::Completion complete) {
   auto id = impl_->requests.nextId();
+  if (impl_->router.tooLarge(dest.rank, payload.size())) {
+    complete(Outcome{
+        std::make_exception_ptr(impl_->router.tooLargeError(dest.rank, payload.size())), {}, {}});
+    return id;
+  }
   if (!impl_->requests.add(id, dest.rank, complete)) {
     complete(Outcome{impl_->lostError(*this, dest.rank, "lost earlier"), {}, {}});
     return id;
@@ -166,6 +175,7 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payl
 }
 
 void Proc::sendRaw(const ActorId& dest, std::string type, wire::Payload payload) {
+  checkSendable(dest.rank, payload.size());
   Envelope envelope{MessageKind::kOneWay, impl_->senderId(), dest, 0, std::move(type)};
   impl_->router.numberForOrder(envelope);
   impl_->router.route({std::move(envelope), std::move(payload)});

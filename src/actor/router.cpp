@@ -1,5 +1,8 @@
 #include "actor/router.h"
 
+#include "crown/actor/failure.h"
+#include "crown/wire/serialize.h"
+
 namespace crown::detail {
 
 using wire::Envelope;
@@ -54,6 +57,13 @@ void Router::deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwor
 void Router::reply(const Envelope& request, MessageKind kind, std::string type,
                    wire::Payload payload) {
   Envelope envelope{kind, request.dest, request.sender, request.requestId, std::move(type)};
+  if (tooLarge(envelope.dest.rank, payload.size())) {
+    envelope.kind = MessageKind::kFailure;
+    envelope.type = kRemoteFailureType;
+    auto error = std::make_exception_ptr(
+        MessageTooLarge("the reply to this call: " + limits_.refusal(payload.size())));
+    payload = wire::toBytes(describeFailure(error, rank_));
+  }
   route({std::move(envelope), std::move(payload)});
 }
 

@@ -13,6 +13,7 @@
 #include "actor/request_table.h"
 #include "actor/send_sequencer.h"
 #include "crown/transport/transport.h"
+#include "crown/wire/frame.h"
 
 namespace crown::detail {
 
@@ -34,7 +35,17 @@ class Router {
   void route(transport::OutMessage message);
   /// A pool thread that read it (fromNetwork), or the sender's thread (local).
   void deliver(wire::Envelope&& envelope, wire::Bytes&& payload, bool fromNetwork);
-  /// Answers `request` with a reply or failure frame.
+  /// FLO-1: a message to another rank over the frame limit, refused before it
+  /// is numbered or sent (a receiver would close the link on it).
+  bool tooLarge(Rank to, std::size_t payloadBytes) const {
+    return to != rank_ && !limits_.allows(payloadBytes);
+  }
+  MessageTooLarge tooLargeError(Rank to, std::size_t payloadBytes) const {
+    return MessageTooLarge("a message to rank " + std::to_string(to) + ": " +
+                           limits_.refusal(payloadBytes));
+  }
+  /// Answers `request` with a reply or failure frame; a reply over the frame
+  /// limit becomes a failure saying so (the caller's call fails, DLV-1).
   void reply(const wire::Envelope& request, wire::MessageKind kind, std::string type,
              wire::Payload payload);
 
@@ -46,6 +57,7 @@ class Router {
   Mailboxes& mailboxes_;
   SendSequencer& sequencer_;
   std::unordered_map<std::uint64_t, Proc::RawHandler> rawAgents_;
+  wire::FrameLimits limits_ = wire::FrameLimits::fromEnv();
 };
 
 }  // namespace crown::detail

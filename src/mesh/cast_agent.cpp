@@ -1,5 +1,6 @@
 #include "mesh/cast_agent.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,12 @@ struct CastAgent::Impl {
         throw ConfigError("cannot cast to rank " + std::to_string(rank) + ": the job has " +
                           std::to_string(proc_.size()) + " ranks");
       }
+    }
+    // Before any sequence number is reserved: a refused cast leaves no gap.
+    auto remote = std::find_if(members.begin(), members.end(),
+                               [&](std::size_t rank) { return rank != proc_.rank(); });
+    if (remote != members.end()) {
+      proc_.checkSendable(static_cast<Rank>(*remote), request.payload.size());
     }
     auto tree = std::make_shared<const CastTree>(request.slice, request.fanout);
     ActorId origin = proc_.currentSender();

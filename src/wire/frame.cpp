@@ -15,6 +15,11 @@ FrameLimits FrameLimits::fromEnv() {
   return limits;
 }
 
+std::string FrameLimits::refusal(std::uint64_t payloadBytes) const {
+  return "payload of " + std::to_string(payloadBytes) + " bytes exceeds the frame limit of " +
+         std::to_string(maxPayloadBytes) + " (CROWN_MAX_FRAME_BYTES)";
+}
+
 void encodeHeader(const FrameHeader& header, std::byte* out) {
   storeLe<std::uint32_t>(out, kFrameMagic);
   storeLe<std::uint16_t>(out + 4, kFrameVersion);
@@ -39,11 +44,7 @@ FrameHeader decodeHeader(const std::byte* in, const FrameLimits& limits) {
     throw ProtocolError("envelope of " + std::to_string(header.envelopeBytes) +
                         " bytes is outside (0, " + std::to_string(limits.maxEnvelopeBytes) + "]");
   }
-  if (header.payloadBytes > limits.maxPayloadBytes) {
-    throw ProtocolError("payload of " + std::to_string(header.payloadBytes) +
-                        " bytes exceeds the frame limit of " +
-                        std::to_string(limits.maxPayloadBytes) + " (CROWN_MAX_FRAME_BYTES)");
-  }
+  if (!limits.allows(header.payloadBytes)) throw ProtocolError(limits.refusal(header.payloadBytes));
   return header;
 }
 

@@ -176,9 +176,16 @@ class Proc {
   std::vector<std::uint64_t> reserveSeqs(const ActorId& sender, std::uint64_t destLocal,
                                          const std::vector<std::size_t>& ranks);
 
+  /// FLO-1: throws MessageTooLarge when `payloadBytes` to rank `to` would be
+  /// over CROWN_MAX_FRAME_BYTES. Layers that number messages themselves
+  /// (casts) call it first, so a refused message leaves no ORD-1 gap.
+  void checkSendable(Rank to, std::size_t payloadBytes) const;
+
   // Untyped layer under request()/send(). Messages to actors are numbered
   // for ORD-1; messages to raw agents are not. A payload's segments go to
-  // the socket where they lie (wire/payload.h).
+  // the socket where they lie (wire/payload.h). A request over the frame
+  // limit fails its completion with MessageTooLarge, a one-way message
+  // throws it; neither is numbered.
   std::uint64_t requestRaw(const ActorId& dest, std::string type, wire::Payload payload,
                            detail::Completion complete);
   void sendRaw(const ActorId& dest, std::string type, wire::Payload payload);

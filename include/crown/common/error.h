@@ -23,6 +23,13 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+/// A message over CROWN_MAX_FRAME_BYTES, refused by its sender before it
+/// left (FLO-1): nothing else is harmed.
+class MessageTooLarge : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
 /// MPI or fabric bootstrap failed (a rank cannot listen, a peer never connects).
 class BootstrapError : public Error {
  public:

@@ -26,6 +26,9 @@ struct FrameLimits {
 
   /// Defaults, with the payload limit from CROWN_MAX_FRAME_BYTES.
   static FrameLimits fromEnv();
+  bool allows(std::uint64_t payloadBytes) const { return payloadBytes <= maxPayloadBytes; }
+  /// "payload of N bytes exceeds the frame limit of M (CROWN_MAX_FRAME_BYTES)".
+  std::string refusal(std::uint64_t payloadBytes) const;
 };
 
 struct FrameHeader {
