@@ -105,8 +105,17 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   };
   callbacks.onSendFailed = [impl, this](Rank to, OutMessage&& message,
                                         const transport::LinkError& error) {
-    if (message.envelope.kind == MessageKind::kRequest)
+    if (message.envelope.kind == MessageKind::kRequest) {
       impl->requests.fail(message.envelope.requestId, impl->sendError(*this, to, error));
+    } else if (!error.peerLost()) {
+      // A reply or one-way message to a live peer, lost: say so, since its
+      // sender learns nothing (a lost peer is reported once, elsewhere).
+      static log::RateLimit undeliveredLog;
+      if (auto dropped = undeliveredLog.admit()) {
+        log::get().error("a {} to rank {} was not delivered: {} ({} such lines dropped)",
+                         message.envelope.type, to, error.toString(), *dropped);
+      }
+    }
   };
   callbacks.onPeerLost = [impl, this](Rank peer, const transport::LinkError& error) {
     impl->onPeerLost(*this, peer, error.toString());

@@ -1,5 +1,6 @@
 #include "crown/bootstrap/runtime.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,19 @@ struct RankRecord {
 
 void copyText(char* out, std::size_t size, const std::string& text) {
   std::snprintf(out, size, "%s", text.c_str());
+}
+
+// Step 0: every rank keeps a link per peer and accepts connections, so a
+// job of a few hundred ranks outgrows the common soft limit of 1024
+// descriptors; the hard limit is this process's to take.
+void raiseOpenFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    log::get().debug("raised the open-file limit from {} to {}", before, limit.rlim_cur);
+  }
 }
 
 // Step 1: MPI, or the MPI mpi4py already initialised (its owner finalises
@@ -213,6 +227,7 @@ void Runtime::failBootstrap(Runtime& self, const std::string& why) {
 
 Runtime& Runtime::init(int* argc, char*** argv) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
+  raiseOpenFileLimit();
   static Runtime self;
   Topology& topo = self.topology_;
   auto pool = std::make_shared<transport::IoPool>();

@@ -2,10 +2,24 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <utility>
+
 #include "crown/common/env.h"
 #include "crown/common/error.h"
 
 namespace crown::log {
+
+std::optional<std::size_t> RateLimit::admit() {
+  std::lock_guard lock(mutex_);
+  auto now = std::chrono::steady_clock::now();
+  if (!first_ && now - last_ < period_) {
+    ++dropped_;
+    return std::nullopt;
+  }
+  first_ = false;
+  last_ = now;
+  return std::exchange(dropped_, 0);
+}
 namespace {
 
 std::shared_ptr<spdlog::logger> makeLogger() {

@@ -16,6 +16,8 @@ const char* toString(LinkError::Kind kind) {
       return "auth failed";
     case LinkError::Kind::kBadFrame:
       return "bad frame";
+    case LinkError::Kind::kLocalResource:
+      return "out of local resources";
   }
   return "unknown";
 }

@@ -16,6 +16,7 @@ struct LinkError {
     kTimeout,     ///< connecting, or the peer's heartbeats, took too long
     kAuthFailed,  ///< the peer could not prove it holds the job secret
     kBadFrame,    ///< a frame broke the protocol: that link is closed, the peer lives on
+    kLocalResource,  ///< this process ran out of something (file descriptors, memory)
   };
 
   Kind kind = Kind::kClosed;
@@ -23,8 +24,9 @@ struct LinkError {
 
   /// True when the peer's process should be taken as lost (DLV-1: its
   /// requests fail with ProcessLost); false for a link closed over a bad
-  /// frame, whose peer is alive and reachable again on a new link.
-  bool peerLost() const { return kind != Kind::kBadFrame; }
+  /// frame, whose peer is alive and reachable again on a new link, and for
+  /// a local shortage, which says nothing about the peer.
+  bool peerLost() const { return kind != Kind::kBadFrame && kind != Kind::kLocalResource; }
   /// "refused: cannot connect to ...".
   std::string toString() const;
 };

@@ -1,5 +1,8 @@
 #include "transport/asio/asio_backend.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -27,6 +30,29 @@ UnixAddress parseUnix(const std::string& address) {
   return {address.substr(0, cut), address.substr(cut + 1)};
 }
 
+// A quarter of the descriptors this process may open, and 1024 at most,
+// may sit in unauthenticated connections; a source (one host) gets a
+// quarter of that, and never fewer than 64: all ranks of a big node may
+// connect at once at start-up.
+std::size_t unauthenticatedBound() {
+  rlimit limit{};
+  std::size_t files = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 1024;
+  return std::clamp<std::size_t>(files / 4, 16, 1024);
+}
+
+// Where an accepted connection comes from: its IP (any port), or "local".
+std::string sourceOf(Socket& socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  if (remote.protocol().family() == AF_INET || remote.protocol().family() == AF_INET6) {
+    tcp::endpoint ip;
+    std::memcpy(ip.data(), remote.data(), std::min<std::size_t>(remote.size(), ip.capacity()));
+    return ip.address().to_string();
+  }
+  return "local";
+}
+
 GenericEndpoint parseTcp(const std::string& address) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos) throw ConfigError("not a TCP address: " + address);
@@ -49,7 +75,9 @@ AsioBackend::AsioBackend(Kind kind, const AsioOptions& options)
       pool_(options.pool ? options.pool : std::make_shared<IoPool>()),
       ownsPool_(!options.pool),
       acceptStrand_(asio::make_strand(IoPoolAccess::io(*pool_))),
-      acceptor_(acceptStrand_) {
+      acceptor_(acceptStrand_),
+      maxUnauthenticated_(unauthenticatedBound()),
+      maxUnauthenticatedPerSource_(std::max<std::size_t>(64, maxUnauthenticated_ / 4)) {
   GenericEndpoint endpoint;
   std::string where;
   try {
@@ -113,24 +141,79 @@ void AsioBackend::start(std::vector<std::string> peers, TransportCallbacks callb
   if (ownsPool_) pool_->start();
 }
 
+// Out of descriptors, accept() fails at once for as long as the shortage
+// lasts: the loop backs off (10 ms doubling to 1 s) instead of spinning, and
+// says so once a second at most. While too many connections are still
+// unauthenticated it stops accepting; the kernel's backlog holds the rest.
 asio::awaitable<void> AsioBackend::acceptLoop() {
+  static log::RateLimit failedLog, refusedLog;
+  asio::steady_timer pause(acceptStrand_);
+  auto backoff = 10ms;
+  auto wait = [&](std::chrono::milliseconds delay) -> asio::awaitable<void> {
+    boost::system::error_code ignored;
+    pause.expires_after(delay);
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  };
   for (;;) {
+    while (acceptor_.is_open() && unauthenticated() >= maxUnauthenticated_) co_await wait(10ms);
     boost::system::error_code ec;
     Strand strand = asio::make_strand(io());
     Socket socket(strand);
     co_await acceptor_.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
     if (ec) {
-      log::get().warn("accept failed: {}", ec.message());
+      if (auto dropped = failedLog.admit()) {
+        log::get().warn("accept failed: {}; retrying in {} ms ({} such lines dropped)",
+                        ec.message(), backoff.count(), *dropped);
+      }
+      if (isLocalShortage(ec)) {
+        co_await wait(backoff);
+        backoff = std::min<std::chrono::milliseconds>(backoff * 2, 1s);
+      }
       continue;
     }
-    auto link = std::make_shared<Link>(*this, std::move(strand), std::move(socket));
+    backoff = 10ms;
+    std::string source = sourceOf(socket);
+    if (!admitUnauthenticated(source)) {
+      if (auto dropped = refusedLog.admit()) {
+        log::get().warn(
+            "refused a connection from {}: {} connections from there are still unauthenticated "
+            "({} such lines dropped)",
+            source, maxUnauthenticatedPerSource_, *dropped);
+      }
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    auto link = std::make_shared<Link>(*this, std::move(strand), std::move(socket), source);
     {
       std::lock_guard lock(mutex_);
       links_.insert(link);
     }
     link->startServer();
   }
+}
+
+bool AsioBackend::admitUnauthenticated(const std::string& source) {
+  std::lock_guard lock(mutex_);
+  std::size_t& fromSource = unauthenticated_[source];
+  if (fromSource >= maxUnauthenticatedPerSource_) return false;
+  ++fromSource;
+  ++unauthenticatedTotal_;
+  return true;
+}
+
+void AsioBackend::authenticationEnded(const std::string& source) {
+  std::lock_guard lock(mutex_);
+  auto entry = unauthenticated_.find(source);
+  if (entry == unauthenticated_.end()) return;
+  --unauthenticatedTotal_;
+  if (--entry->second == 0) unauthenticated_.erase(entry);
+}
+
+std::size_t AsioBackend::unauthenticated() {
+  std::lock_guard lock(mutex_);
+  return unauthenticatedTotal_;
 }
 
 void AsioBackend::send(Rank to, OutMessage message) {

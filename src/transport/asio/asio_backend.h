@@ -9,6 +9,7 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange
 
 #include <boost/asio.hpp>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -54,9 +55,15 @@ class AsioBackend final : public Backend {
   /// The link is closed; `dropSendLink`: it is no longer the send link to its peer.
   void forget(const std::shared_ptr<Link>& link, bool dropSendLink);
   bool stopping() const { return stopping_; }
+  /// A server link from `source` finished its handshake, either way.
+  void authenticationEnded(const std::string& source);
 
  private:
   asio::awaitable<void> acceptLoop();
+  /// Counts a connection from `source` that has yet to authenticate; false
+  /// (and counts nothing) when that source already has its share.
+  bool admitUnauthenticated(const std::string& source);
+  std::size_t unauthenticated();
 
   Kind kind_;
   AsioOptions options_;
@@ -74,6 +81,13 @@ class AsioBackend final : public Backend {
   std::vector<std::shared_ptr<Link>> sendLinks_;  // by peer rank
   std::vector<bool> lost_;
   std::set<std::shared_ptr<Link>> links_;  // every open link, for stop()
+  // Connections accepted but not yet authenticated, by source address (the
+  // peer's IP; all local sockets are one source): bounded per source and
+  // in total, so a flood of idle connections cannot take every descriptor.
+  std::map<std::string, std::size_t> unauthenticated_;
+  std::size_t unauthenticatedTotal_ = 0;
+  std::size_t maxUnauthenticated_;
+  std::size_t maxUnauthenticatedPerSource_;
 };
 
 }  // namespace crown::transport

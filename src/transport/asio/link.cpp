@@ -76,6 +76,12 @@ void Link::gatherBuffers(const QueuedFrame& frame, Out& out) {
   add(frame.tag.data(), frame.tagBytes);
 }
 
+bool isLocalShortage(const boost::system::error_code& ec) {
+  using boost::system::errc::errc_t;
+  return ec == errc_t::too_many_files_open || ec == errc_t::too_many_files_open_in_system ||
+         ec == errc_t::no_buffer_space || ec == errc_t::not_enough_memory;
+}
+
 bool isTcp(Socket& socket) {
   int family = socket.local_endpoint().protocol().family();
   return family == AF_INET || family == AF_INET6;
@@ -99,11 +105,12 @@ Link::Link(AsioBackend& backend, Rank peer)
       strand_(asio::make_strand(backend.io())),
       socket_(strand_) {}
 
-Link::Link(AsioBackend& backend, Strand strand, Socket socket)
+Link::Link(AsioBackend& backend, Strand strand, Socket socket, std::string source)
     : backend_(backend),
       strand_(std::move(strand)),
       socket_(std::move(socket)),
-      remote_(describeRemote(socket_)) {
+      remote_(describeRemote(socket_)),
+      source_(std::move(source)) {
   tuneSocket(socket_);
 }
 

@@ -33,6 +33,9 @@ struct LinkFailure : std::runtime_error {
 };
 
 bool isTcp(Socket& socket);
+/// Out of descriptors, buffers or memory in this process: a local problem,
+/// to wait out, never a sign that the peer died.
+bool isLocalShortage(const boost::system::error_code& ec);
 /// No Nagle on TCP, large socket buffers, non-blocking (for direct writes).
 void tuneSocket(Socket& socket);
 
@@ -40,8 +43,9 @@ class Link : public std::enable_shared_from_this<Link> {
  public:
   /// A client link to `peer`; connects on the first send.
   Link(AsioBackend& backend, Rank peer);
-  /// A server link: `socket` was accepted on `strand`.
-  Link(AsioBackend& backend, Strand strand, Socket socket);
+  /// A server link: `socket` was accepted on `strand`, from `source`
+  /// (counted by the backend until the handshake ends).
+  Link(AsioBackend& backend, Strand strand, Socket socket, std::string source);
 
   void startServer();
   void send(OutMessage message);  // any thread
@@ -69,6 +73,13 @@ class Link : public std::enable_shared_from_this<Link> {
 
   asio::awaitable<void> connectAndAuthenticate();
   asio::awaitable<bool> authenticateClient();  // server side
+  void endAuthentication();  // server side: tells the backend, once
+  /// async_connect, waiting out a shortage of descriptors (isLocalShortage).
+  asio::awaitable<void> connectPatiently(const bool& expired);
+  /// Connects and reads the peer's hello, retrying while the peer turns
+  /// connections away unread.
+  asio::awaitable<void> connectUntilGreeted(std::array<std::uint8_t, kHelloBytes>& hello,
+                                            const bool& expired);
   asio::awaitable<void> readFrames();
   /// Sends heartbeats while the link is quiet and fails it when the peer is.
   void startHeartbeats();  // on the strand
@@ -87,6 +98,7 @@ class Link : public std::enable_shared_from_this<Link> {
   Strand strand_;
   Socket socket_;
   std::string remote_;
+  std::string source_;  // a server link's, while its handshake runs
   std::mutex mutex_;
   State state_ = State::kIdle;
   std::optional<LinkError> error_;  // why it died (kDead)

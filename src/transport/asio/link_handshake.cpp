@@ -23,14 +23,12 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
   bool connected = false;
   LinkSession session;
   try {
-    co_await socket_.async_connect(backend_.target(peer_), asio::use_awaitable);
+    std::array<std::uint8_t, kHelloBytes> hello{};
+    co_await connectUntilGreeted(hello, expired);
     connected = true;
-    tuneSocket(socket_);
     remote_ = where;
 
     ClientHandshake handshake(options.secret, options.security, options.rank, peer_);
-    std::array<std::uint8_t, kHelloBytes> hello{};
-    co_await asio::async_read(socket_, asio::buffer(hello), asio::use_awaitable);
     auto clientAuth = handshake.onHello(hello);
     co_await asio::async_write(socket_, asio::buffer(clientAuth), asio::use_awaitable);
     std::array<std::uint8_t, kServerAuthBytes> answer{};
@@ -38,6 +36,10 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
     session = handshake.onServerAuth(answer);
   } catch (const boost::system::system_error& e) {
     deadline.cancel();
+    if (isLocalShortage(e.code())) {
+      throw LinkFailure({Kind::kLocalResource, "cannot connect to " + where + ": " +
+                                                   e.code().message() + " in this process"});
+    }
     if (expired) throw LinkFailure({Kind::kTimeout, "timed out connecting to " + where});
     if (!connected) {
       Kind kind = e.code() == asio::error::connection_refused ? Kind::kRefused : Kind::kReset;
@@ -64,11 +66,76 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
   co_await readFrames();
 }
 
+// A shortage of descriptors says nothing about the peer (issue 10): wait
+// it out, up to the connect deadline, which closes the socket and sets
+// `expired`.
+asio::awaitable<void> Link::connectPatiently(const bool& expired) {
+  static log::RateLimit shortageLog;
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    boost::system::error_code ec;
+    co_await socket_.async_connect(backend_.target(peer_),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) co_return;
+    if (!isLocalShortage(ec) || expired) throw boost::system::system_error(ec);
+    if (auto dropped = shortageLog.admit()) {
+      log::get().warn("connecting to rank {}: {}; retrying ({} such lines dropped)", peer_,
+                      ec.message(), *dropped);
+    }
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    asio::steady_timer pause(strand_);
+    pause.expires_after(backoff);
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    if (expired) throw boost::system::system_error(ec);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+// A peer that closes before its hello is alive but refusing connections for
+// now (its share of unauthenticated ones is taken: asio_backend.cpp): try
+// again, up to the deadline.
+asio::awaitable<void> Link::connectUntilGreeted(std::array<std::uint8_t, kHelloBytes>& hello,
+                                                const bool& expired) {
+  static log::RateLimit refusedLog;
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    co_await connectPatiently(expired);
+    tuneSocket(socket_);
+    boost::system::error_code ec;
+    co_await asio::async_read(socket_, asio::buffer(hello),
+                              asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) co_return;
+    bool refused = ec == asio::error::eof || ec == asio::error::connection_reset;
+    if (!refused || expired) throw boost::system::system_error(ec);
+    if (auto dropped = refusedLog.admit()) {
+      log::get().warn("rank {} closed a connection before its hello (busy); retrying ({} such "
+                      "lines dropped)",
+                      peer_, *dropped);
+    }
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    asio::steady_timer pause(strand_);
+    pause.expires_after(backoff);
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    if (expired) throw boost::system::system_error(ec);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+void Link::endAuthentication() {
+  if (source_.empty()) return;
+  backend_.authenticationEnded(source_);
+  source_.clear();
+}
+
 void Link::startServer() {
   asio::co_spawn(
       strand_,
       [self = shared_from_this()]() -> asio::awaitable<void> {
-        if (co_await self->authenticateClient()) {
+        bool authenticated = co_await self->authenticateClient();
+        self->endAuthentication();
+        if (authenticated) {
           {
             std::lock_guard lock(self->mutex_);
             if (self->state_ == State::kIdle) self->state_ = State::kReady;
@@ -79,6 +146,7 @@ void Link::startServer() {
         }
       },
       [self = shared_from_this()](std::exception_ptr) {
+        self->endAuthentication();
         self->close();
         self->backend_.forget(self, false);
       });
@@ -87,6 +155,7 @@ void Link::startServer() {
 // SEC-1: nothing is read as a frame until the peer has proved it holds the
 // job secret; a peer that stalls is cut off by the deadline.
 asio::awaitable<bool> Link::authenticateClient() {
+  static log::RateLimit rejectedLog;  // a flood of bad connections logs once a second
   const auto& options = backend_.options();
   asio::steady_timer deadline(strand_);
   deadline.expires_after(options.authTimeout);
@@ -104,14 +173,20 @@ asio::awaitable<bool> Link::authenticateClient() {
     try {
       answer = handshake.onClientAuth(clientAuth, session);
     } catch (const ProtocolError& e) {
-      log::get().warn("rejected connection from {}: {}", remote_, e.what());
+      if (auto dropped = rejectedLog.admit()) {
+        log::get().warn("rejected connection from {}: {} ({} such lines dropped)", remote_,
+                        e.what(), *dropped);
+      }
       co_return false;
     }
     co_await asio::async_write(socket_, asio::buffer(answer), asio::use_awaitable);
     peer_ = session.peer;
   } catch (const std::exception& e) {
-    log::get().warn("rejected connection from {}: handshake did not complete ({})", remote_,
-                    e.what());
+    if (auto dropped = rejectedLog.admit()) {
+      log::get().warn("rejected connection from {}: handshake did not complete ({}; {} such "
+                      "lines dropped)",
+                      remote_, e.what(), *dropped);
+    }
     co_return false;
   }
   deadline.cancel();
