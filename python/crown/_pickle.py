@@ -23,6 +23,8 @@ from collections import ChainMap
 import cloudpickle
 
 _HEADER = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
+_PLAIN = struct.Struct("<IQ")  # the header and the pickle's length of a payload without buffers
 
 
 def _tensor_from_array(array, requires_grad):
@@ -61,8 +63,13 @@ def _pickler_class(base):
 
 
 def _pickle(base, obj, buffers) -> bytes:
+    cls = _pickler_class(base)
+    if cls is pickle.Pickler:
+        # The module function: no file object and no Pickler made from
+        # Python, about 6,000 fewer instructions per pickle (callgrind).
+        return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     out = io.BytesIO()
-    _pickler_class(base)(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    cls(out, protocol=5, buffer_callback=buffers.append).dump(obj)
     return out.getvalue()
 
 
@@ -85,6 +92,8 @@ def dumps_parts(obj, prefix: bytes = b""):
             data = _pickle(cloudpickle.CloudPickler, obj, buffers)
         except Exception as e:  # pickling errors come in many types
             raise TypeError(f"cannot send {type(obj).__name__}: it cannot be pickled ({e})") from e
+    if not buffers:  # a small call: no comprehension, no format string
+        return b"".join([prefix, _PLAIN.pack(0, len(data)), data]), []
     raws = [b.raw() for b in buffers]
     lengths = struct.pack(f"<{len(raws) + 1}Q", len(data), *(r.nbytes for r in raws))
     return b"".join([prefix, _HEADER.pack(len(raws)), lengths, data]), raws
@@ -98,10 +107,13 @@ def buffer_count(payload) -> int:
 def loads(payload):
     view = memoryview(payload)
     (count,) = _HEADER.unpack_from(view, 0)
+    if not count:  # no out-of-band buffers
+        (length,) = _LENGTH.unpack_from(view, _HEADER.size)
+        return _unpickle(view[_PLAIN.size : _PLAIN.size + length], ())
     offset = _HEADER.size
     lengths = struct.unpack_from(f"<{count + 1}Q", view, offset)
     offset += 8 * (count + 1)
-    if count and view.readonly:
+    if view.readonly:
         # Arrays built on these buffers must be writable, as they were.
         view = memoryview(bytearray(view))
     data = view[offset : offset + lengths[0]]
@@ -110,6 +122,10 @@ def loads(payload):
     for length in lengths[1:]:
         buffers.append(view[offset : offset + length])
         offset += length
+    return _unpickle(data, buffers)
+
+
+def _unpickle(data, buffers):
     try:
         return pickle.loads(data, buffers=buffers)
     except (AttributeError, ImportError) as e:  # sent by reference, missing here

@@ -270,6 +270,22 @@ def test_arrays_and_tensors_travel_out_of_band():
         assert len(payload) < data_bytes + 600, "the data was copied into the pickle"
 
 
+def test_a_payload_without_buffers_keeps_the_general_layout():
+    """The small-call shortcut of _pickle (no buffers) writes what the general
+    path writes: the count 0, the pickle's length, the pickle."""
+    import struct
+
+    from crown import _pickle
+
+    value = ("echo", (b"x" * 64,), {"n": 1})
+    head, buffers = _pickle.dumps_parts(value, b"\x00")
+    assert buffers == []
+    count, length = struct.unpack_from("<IQ", head, 1)
+    assert count == 0 and length == len(head) - 13
+    assert _pickle.loads(head[1:]) == value
+    assert _pickle.loads(_pickle.dumps(value)) == value
+
+
 def test_a_large_array_crosses_without_a_copy_by_crown(counters):
     """Zero copy: a 16 MiB array goes to the socket from its own memory, and
     arrives as one buffer that the unpickled array wraps, both ways; crown's
