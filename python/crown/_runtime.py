@@ -87,18 +87,29 @@ def _run(instance, payload, report):
         return _pickle.dumps_parts(result, VALUE)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
         text = traceback.format_exc()
+        message = _message_of(error)
         if report:
             where = f"endpoint {name!r}" if name is not None else "a call that did not unpickle"
             return RAISED + (f"{where} of {type(instance).__qualname__} raised "
-                             f"{type(error).__qualname__}: {error}\n{text}").encode(
+                             f"{type(error).__qualname__}: {message}\n{text}").encode(
                                  "utf-8", "backslashreplace")
         try:
             original = _pickle.dumps(error)
         except Exception:  # an exception that does not pickle still reports its text
             original = None
-        return RAISED + _pickle.dumps((original, type(error).__qualname__, str(error), text))
+        return RAISED + _pickle.dumps((original, type(error).__qualname__, message, text))
     finally:
         _current.instance = outer
+
+
+def _message_of(error: BaseException) -> str:
+    """str(error), or what it was when its __str__ raised: the caller still
+    gets an ActorError, not crown's bare RemoteActorError."""
+    try:
+        return str(error)
+    except BaseException as failure:  # noqa: BLE001 - any __str__ may raise anything
+        return (f"<unprintable {type(error).__qualname__}: its __str__ raised "
+                f"{type(failure).__qualname__}>")
 
 
 def release(instance) -> None:

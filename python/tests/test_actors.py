@@ -32,6 +32,11 @@ def wraps_received(array) -> bool:
     return True
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text for you")
+
+
 class Counter(Actor):
     def __init__(self, start):
         self.value = start
@@ -58,6 +63,10 @@ class Counter(Actor):
     @endpoint
     def echo(self, value):
         return value
+
+    @endpoint
+    def fail_unprintably(self):
+        raise Unprintable()
 
     @endpoint
     def echo_wrapped(self, array):
@@ -170,6 +179,13 @@ def test_every_adverb(counters):
     counters.incr.broadcast(100)
     values = counters.incr.call(0).get().values()
     assert all(v >= 110 for v in values)
+
+
+def test_an_exception_whose_str_raises_is_still_an_actor_error(counters):
+    with pytest.raises(ActorError, match="unprintable Unprintable") as raised:
+        counters.slice(procs=1).fail_unprintably.call_one().get(timeout=30)
+    assert raised.value.remote_type == "Unprintable"
+    assert counters.slice(procs=1).incr.call_one(0).get(timeout=30) >= 10  # it lives
 
 
 def test_slicing(counters):
