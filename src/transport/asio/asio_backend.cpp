@@ -194,6 +194,25 @@ asio::awaitable<void> AsioBackend::acceptLoop() {
   }
 }
 
+void AsioBackend::noteSuspension(std::chrono::milliseconds late) {
+  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  if (suspensionEnded_.exchange(now) < now - std::chrono::steady_clock::duration(1s).count()) {
+    log::get().warn("this process was suspended or starved for {} ms (SIGSTOP, a debugger?); its "
+                    "peers may have taken it for lost",
+                    late.count());
+  }
+  suspensionMs_ = late.count();
+}
+
+std::string AsioBackend::suspensionNote() const {
+  auto ended = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(suspensionEnded_.load()));
+  auto bound = options_.heartbeatInterval * options_.heartbeatMisses * 2;
+  if (suspensionEnded_.load() == 0 || std::chrono::steady_clock::now() - ended > bound) return "";
+  return " (this process was just suspended for " + std::to_string(suspensionMs_.load()) +
+         " ms: the peer has likely given this rank up)";
+}
+
 bool AsioBackend::admitUnauthenticated(const std::string& source) {
   std::lock_guard lock(mutex_);
   std::size_t& fromSource = unauthenticated_[source];

@@ -55,6 +55,11 @@ class AsioBackend final : public Backend {
   /// The link is closed; `dropSendLink`: it is no longer the send link to its peer.
   void forget(const std::shared_ptr<Link>& link, bool dropSendLink);
   bool stopping() const { return stopping_; }
+  /// A link's heartbeat timer fired `late`: this process was suspended.
+  void noteSuspension(std::chrono::milliseconds late);
+  /// For a link lost soon after a suspension: " (this process was just
+  /// suspended for N ms: the peer has likely given this rank up)"; else "".
+  std::string suspensionNote() const;
   /// A server link from `source` finished its handshake, either way.
   void authenticationEnded(const std::string& source);
 
@@ -76,6 +81,8 @@ class AsioBackend final : public Backend {
   TransportCallbacks callbacks_;
   bool started_ = false;
   std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> suspensionEnded_{0};  // steady_clock ticks
+  std::atomic<std::int64_t> suspensionMs_{0};
 
   std::mutex mutex_;                              // guards sendLinks_, lost_, links_
   std::vector<std::shared_ptr<Link>> sendLinks_;  // by peer rank

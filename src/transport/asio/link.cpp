@@ -234,7 +234,9 @@ void Link::startWrite() {
 // Hands queued frames back and closes the link. When error.peerLost() the
 // connection itself broke, which is how a dead process shows; a bad frame
 // closes only this link (SEC-1), and the next send to that peer opens a new one.
-void Link::fail(const LinkError& error) {
+void Link::fail(const LinkError& givenError) {
+  LinkError error = givenError;
+  if (error.peerLost()) error.message += backend_.suspensionNote();
   std::deque<QueuedFrame> lost;
   {
     std::lock_guard lock(mutex_);
@@ -292,10 +294,20 @@ void Link::startHeartbeats() {
 
 void Link::scheduleHeartbeat() {
   const auto interval = backend_.options().heartbeatInterval;
-  heartbeat_.expires_after(interval);
-  heartbeat_.async_wait([self = shared_from_this(), interval](boost::system::error_code ec) {
+  auto due = std::chrono::steady_clock::now() + interval;
+  heartbeat_.expires_at(due);
+  heartbeat_.async_wait([self = shared_from_this(), interval, due](boost::system::error_code ec) {
     if (ec) return;  // cancelled: the link is closing
     auto now = std::chrono::steady_clock::now();
+    // A timer this late means this process was stopped (SIGSTOP, a
+    // debugger) or starved: the silence was ours, not the peer's.
+    if (now - due > interval) {
+      auto late = std::chrono::duration_cast<std::chrono::milliseconds>(now - due);
+      self->backend_.noteSuspension(late);
+      self->lastHeard_ = now.time_since_epoch().count();
+      self->scheduleHeartbeat();
+      return;
+    }
     auto heard = std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(self->lastHeard_.load()));
     auto silence = std::chrono::duration_cast<std::chrono::milliseconds>(now - heard);

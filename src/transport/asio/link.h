@@ -87,7 +87,7 @@ class Link : public std::enable_shared_from_this<Link> {
   template <class Out>
   static void gatherBuffers(const QueuedFrame& frame, Out& out);
   void startWrite();                      // on the strand
-  void fail(const LinkError& error);      // any thread
+  void fail(const LinkError& givenError);  // any thread
   bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
   /// Takes the handshake's keys and seals what queued meanwhile; with mutex_ held.
   void beginSession(const LinkSession& session);
