@@ -120,7 +120,7 @@ void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
       std::uint64_t seq = delivery.envelope.seq;
       switch (cell->order.accept(sender, seq, delivery, cell->mailbox)) {
         case ReorderBuffer<Delivery>::Verdict::kHeldFirst:
-          armGapTimer(cell, sender, cell->order.expected(sender));
+          armGapTimer(cell, sender, gapTimeout_);
           break;
         case ReorderBuffer<Delivery>::Verdict::kLate:
           late.emplace(std::move(delivery));
@@ -156,26 +156,28 @@ void Mailboxes::replyFailure(const Envelope& request, const RemoteFailure& failu
   reply_(request, MessageKind::kFailure, kRemoteFailureType, wire::toBytes(failure));
 }
 
-// Nothing waits forever behind a gap (ORD-1 with DLV-1): if sender is still
-// stuck at `stuckAt` when the timer fires, the gap is skipped.
+// Nothing waits forever behind a gap (ORD-1 with DLV-1): whatever has been
+// held for the timeout is delivered, past the gaps before it, and the timer
+// runs again for the next held message's own deadline.
 void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
-                            std::uint64_t stuckAt) {
+                            std::chrono::steady_clock::duration delay) {
   std::weak_ptr<Cell> weak = cell;
-  pool_->after(gapTimeout_, [this, weak, sender, stuckAt] {
+  pool_->after(std::chrono::ceil<std::chrono::milliseconds>(delay), [this, weak, sender] {
     auto cell = weak.lock();
     if (!cell) return;
     bool schedule = false;
     {
       std::lock_guard lock(cell->mutex);
+      auto now = std::chrono::steady_clock::now();
       std::size_t before = cell->mailbox.size();
-      if (cell->order.giveUp(sender, stuckAt, cell->mailbox)) {
-        armGapTimer(cell, sender, cell->order.expected(sender));
-      }
-      if (cell->mailbox.size() > before && cell->order.expected(sender) != stuckAt) {
+      auto result = cell->order.giveUp(sender, now, gapTimeout_, cell->mailbox);
+      if (result.next) armGapTimer(cell, sender, *result.next - now);
+      if (result.skipped > 0) {
         log::get().warn(
-            "messages from {} to {} before number {} never arrived within {} ms "
-            "(a cast hop lost?); delivering the later ones",
-            wire::toString(sender), cell->actor->name(), stuckAt, gapTimeout_.count());
+            "{} messages from {} to {} never arrived within {} ms (a cast hop lost?); "
+            "delivering the {} that waited for them",
+            result.skipped, wire::toString(sender), cell->actor->name(), gapTimeout_.count(),
+            cell->mailbox.size() - before);
       }
       schedule = cell->claimDrain();
     }

@@ -59,7 +59,8 @@ class Mailboxes {
   void scheduleDrain(const std::shared_ptr<Cell>& cell, bool onThisThread);
   std::shared_ptr<Cell> find(std::uint64_t local);
   void replyFailure(const wire::Envelope& request, const RemoteFailure& failure);
-  void armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender, std::uint64_t stuckAt);
+  void armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
+                   std::chrono::steady_clock::duration delay);
   void drain(const std::shared_ptr<Cell>& cell);
   void run(Actor& actor, Delivery& delivery);
 

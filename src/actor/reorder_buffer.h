@@ -7,13 +7,18 @@
 // A message can go missing for good only when a cast hop died before
 // forwarding it; then the caller of that cast was told (DLV-1). The owner
 // arms a timer while something is held and calls giveUp() when it fires, so
-// nothing waits forever behind a gap. Not thread-safe: the owner's mutex
-// (the actor's mailbox mutex) guards it.
+// nothing waits forever behind a gap, and no message waits longer than the
+// timeout from its own arrival: when many gaps open at once (a hop died
+// under a stream of casts), they close together instead of one timeout
+// after another. Not thread-safe: the owner's mutex (the actor's mailbox
+// mutex) guards it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "crown/wire/envelope.h"
@@ -23,21 +28,24 @@ namespace crown::detail {
 template <class Item>
 class ReorderBuffer {
  public:
+  using Clock = std::chrono::steady_clock;
+
   enum class Verdict {
     kInOrder,    ///< appended to out, with any held messages it unblocked
-    kHeldFirst,  ///< held; nothing else from this sender was: arm a timer
+    kHeldFirst,  ///< held, and no gap timer runs for this sender: arm one
     kHeld,       ///< held behind a gap whose timer is already armed
     kLate,       ///< its place has passed (a gap given up): item left as it was
   };
 
   Verdict accept(const wire::ActorId& sender, std::uint64_t seq, Item& item,
-                 std::deque<Item>& out) {
+                 std::deque<Item>& out, Clock::time_point now = Clock::now()) {
     Sender& state = senders_[sender];
     if (seq < state.expected) return Verdict::kLate;
     if (seq > state.expected) {
-      bool first = state.held.empty();
-      state.held.emplace(seq, std::move(item));
-      return first ? Verdict::kHeldFirst : Verdict::kHeld;
+      state.held.emplace(seq, Held{std::move(item), now});
+      if (state.timerArmed) return Verdict::kHeld;
+      state.timerArmed = true;
+      return Verdict::kHeldFirst;
     }
     out.push_back(std::move(item));
     ++state.expected;
@@ -51,34 +59,57 @@ class ReorderBuffer {
     return it == senders_.end() ? 1 : it->second.expected;
   }
 
-  /// The gap timer fired. If sender is still stuck at `stuckAt`, skips to its
-  /// first held message and appends what that releases; returns true while
-  /// messages stay held (behind a later gap: arm the timer again).
-  bool giveUp(const wire::ActorId& sender, std::uint64_t stuckAt, std::deque<Item>& out) {
+  struct GiveUp {
+    std::uint64_t skipped = 0;  ///< sequence numbers given up for lost
+    std::optional<Clock::time_point> next;  ///< when to call again, if messages stay held
+  };
+
+  /// The gap timer fired: every held message that has waited `timeout` is
+  /// appended to out, skipping the gaps before it, with what that releases.
+  GiveUp giveUp(const wire::ActorId& sender, Clock::time_point now, Clock::duration timeout,
+                std::deque<Item>& out) {
+    GiveUp result;
     auto it = senders_.find(sender);
-    if (it == senders_.end() || it->second.held.empty()) return false;
+    if (it == senders_.end()) return result;
     Sender& state = it->second;
-    if (state.expected == stuckAt) {
-      state.expected = state.held.begin()->first;
+    std::optional<std::uint64_t> last;  // the last held message that waited long enough
+    for (const auto& [seq, held] : state.held) {
+      if (now - held.since >= timeout) last = seq;
+    }
+    if (last) {
+      for (auto held = state.held.begin(); held != state.held.end() && held->first <= *last;
+           held = state.held.erase(held)) {
+        result.skipped += held->first - state.expected;
+        out.push_back(std::move(held->second.item));
+        state.expected = held->first + 1;
+      }
       release(state, out);
     }
-    return !state.held.empty();
+    for (const auto& [seq, held] : state.held) {
+      if (!result.next || held.since + timeout < *result.next) result.next = held.since + timeout;
+    }
+    state.timerArmed = result.next.has_value();
+    return result;
   }
 
  private:
+  struct Held {
+    Item item;
+    Clock::time_point since;
+  };
   struct Sender {
     std::uint64_t expected = 1;
-    std::map<std::uint64_t, Item> held;
+    std::map<std::uint64_t, Held> held;
+    bool timerArmed = false;
   };
 
   static void release(Sender& state, std::deque<Item>& out) {
     for (auto it = state.held.begin(); it != state.held.end() && it->first == state.expected;
          it = state.held.erase(it)) {
-      out.push_back(std::move(it->second));
+      out.push_back(std::move(it->second.item));
       ++state.expected;
     }
   }
-
   struct Hash {
     std::size_t operator()(const wire::ActorId& id) const {
       return std::hash<std::uint64_t>()(id.local * 0x9E3779B97F4A7C15ull ^ id.rank);

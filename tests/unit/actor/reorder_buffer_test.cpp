@@ -34,19 +34,59 @@ TEST(ReorderBuffer, EarlyMessagesWaitForTheirPredecessors) {
   EXPECT_EQ(buffer.expected(kAlice), 4u);
 }
 
+using namespace std::chrono_literals;
+constexpr auto kTimeout = 10s;
+const Buffer::Clock::time_point kStart{};
+
 TEST(ReorderBuffer, GivingUpSkipsTheGapAndLateMessagesAreRefused) {
   Buffer buffer;
   std::deque<int> out;
   int three = 3, five = 5, one = 1, four = 4;
-  buffer.accept(kAlice, 3, three, out);
-  buffer.accept(kAlice, 5, five, out);
-  EXPECT_TRUE(buffer.giveUp(kAlice, /*stuckAt=*/2, out)) << "not stuck there: still held";
-  EXPECT_TRUE(out.empty());
-  EXPECT_TRUE(buffer.giveUp(kAlice, 1, out)) << "5 is still held behind 4";
+  EXPECT_EQ(buffer.accept(kAlice, 3, three, out, kStart), Verdict::kHeldFirst);
+  EXPECT_EQ(buffer.accept(kAlice, 5, five, out, kStart + 6s), Verdict::kHeld);
+  auto early = buffer.giveUp(kAlice, kStart + 5s, kTimeout, out);
+  EXPECT_TRUE(out.empty()) << "nothing has waited 10 s yet";
+  EXPECT_EQ(early.next, kStart + kTimeout);
+  auto first = buffer.giveUp(kAlice, kStart + kTimeout, kTimeout, out);
   EXPECT_EQ(out, (std::deque<int>{3}));
+  EXPECT_EQ(first.skipped, 2u);  // 1 and 2
+  EXPECT_EQ(first.next, kStart + 6s + kTimeout) << "5 waits 10 s from its own arrival";
   EXPECT_EQ(buffer.accept(kAlice, 1, one, out), Verdict::kLate);
   EXPECT_EQ(buffer.accept(kAlice, 4, four, out), Verdict::kInOrder);
   EXPECT_EQ(out, (std::deque<int>{3, 4, 5}));
+}
+
+// Issue 10: a hop died under a stream of casts, so many runs of numbers
+// are missing at once. Before, each run waited its own fresh timeout (6
+// gaps: 60 s for a direct call behind them); now they close together.
+TEST(ReorderBuffer, ManyGapsOpenedTogetherCloseTogether) {
+  Buffer buffer;
+  std::deque<int> out;
+  for (int seq = 2; seq <= 20; seq += 2) {  // every odd number lost
+    int item = seq;
+    buffer.accept(kAlice, seq, item, out, kStart + std::chrono::milliseconds(seq));
+  }
+  int direct = 21;  // a direct call sent after them, arriving at once
+  EXPECT_EQ(buffer.accept(kAlice, 21, direct, out, kStart + 30ms), Verdict::kHeld);
+  auto result = buffer.giveUp(kAlice, kStart + 30ms + kTimeout, kTimeout, out);
+  EXPECT_EQ(result.skipped, 10u);
+  EXPECT_FALSE(result.next.has_value());
+  EXPECT_EQ(out.size(), 11u);
+  EXPECT_EQ(out.back(), 21);
+  EXPECT_EQ(buffer.expected(kAlice), 22u);
+}
+
+// A timer is armed once per sender while anything is held.
+TEST(ReorderBuffer, OneTimerPerSenderWhileHeld) {
+  Buffer buffer;
+  std::deque<int> out;
+  int two = 2, one = 1, four = 4;
+  EXPECT_EQ(buffer.accept(kAlice, 2, two, out, kStart), Verdict::kHeldFirst);
+  EXPECT_EQ(buffer.accept(kAlice, 1, one, out, kStart), Verdict::kInOrder);
+  // The gap closed, but its timer is still pending: no second one.
+  EXPECT_EQ(buffer.accept(kAlice, 4, four, out, kStart + 1s), Verdict::kHeld);
+  auto result = buffer.giveUp(kAlice, kStart + kTimeout, kTimeout, out);
+  EXPECT_EQ(result.next, kStart + 1s + kTimeout);
 }
 
 }  // namespace
