@@ -1,0 +1,44 @@
+#include "mesh/cast_message.h"
+
+namespace crown::mesh::detail {
+
+std::vector<SeqRun> encodeRuns(const std::vector<std::uint64_t>& seqs) {
+  std::vector<SeqRun> runs;
+  for (std::uint64_t seq : seqs) {
+    if (!runs.empty() && runs.back().seq == seq) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({1, seq});
+    }
+  }
+  return runs;
+}
+
+std::uint64_t seqAt(const std::vector<SeqRun>& runs, std::uint64_t index) {
+  for (const SeqRun& run : runs) {
+    if (index < run.count) return run.seq;
+    index -= run.count;
+  }
+  throw ProtocolError("a cast carries no order position for one of its members");
+}
+
+ReceivedCast decodeCast(const wire::Bytes& bytes, Rank here) {
+  ReceivedCast cast;
+  cast.message = wire::fromBytes<CastMessage>(bytes);  // the slice checks itself as it loads
+  const CastMessage& message = cast.message;
+  if (message.mode > static_cast<std::uint8_t>(CastMode::kStream)) {
+    throw ProtocolError("unknown cast mode " + std::to_string(message.mode));
+  }
+  cast.mode = static_cast<CastMode>(message.mode);
+  if (message.fanout == 0) throw ProtocolError("a cast with a fan-out of 0");
+  const Slice& slice = message.slice;
+  if (!slice.contains(here)) {
+    throw ProtocolError("rank " + std::to_string(here) + " received a cast to slice " +
+                        slice.toString() + ", which does not hold it");
+  }
+  cast.tree = std::make_shared<const CastTree>(slice, message.fanout);
+  cast.seq = seqAt(message.seqs, cast.tree->indexOf(here));
+  return cast;
+}
+
+}  // namespace crown::mesh::detail
