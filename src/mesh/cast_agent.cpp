@@ -121,7 +121,7 @@ struct CastAgent::Impl {
 
   void onCast(const Envelope& envelope, wire::Bytes&& bytes) {
     Rank here = proc_.rank();
-    ReceivedCast cast = decodeCast(bytes, here);
+    ReceivedCast cast = decodeCast(bytes, here, proc_.size());
     CastMessage& message = cast.message;
     CastMode mode = cast.mode;
     const std::shared_ptr<const CastTree>& tree = cast.tree;

@@ -49,7 +49,8 @@ struct CastMessage {
 };
 
 /// A cast as the hop on one rank received it, checked: its mode is known, its
-/// fan-out is at least 1, and the receiving rank is one of its members.
+/// fan-out is at least 1, and its members are ranks of the job, the receiving
+/// rank among them.
 struct ReceivedCast {
   CastMessage message;
   CastMode mode = CastMode::kBroadcast;
@@ -57,9 +58,9 @@ struct ReceivedCast {
   std::uint64_t seq = 0;  ///< ORD-1 position of the receiving rank's member
 };
 
-/// The cast in `bytes`, received by rank `here`. Throws ProtocolError for
-/// bytes that are not such a cast.
-ReceivedCast decodeCast(const wire::Bytes& bytes, Rank here);
+/// The cast in `bytes`, received by rank `here` of a job of `worldSize`
+/// ranks. Throws ProtocolError for bytes that are not such a cast.
+ReceivedCast decodeCast(const wire::Bytes& bytes, Rank here, std::size_t worldSize);
 
 /// Stream mode: one entry, relayed from a member to its parent hop.
 struct CastPartial {

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   crown::mesh::detail::ReceivedCast cast;
   try {
-    cast = crown::mesh::detail::decodeCast(input.ConsumeRemainingBytesAsString(), here);
+    cast = crown::mesh::detail::decodeCast(input.ConsumeRemainingBytesAsString(), here, worldSize);
   } catch (const crown::ProtocolError&) {
     return 0;
   }
