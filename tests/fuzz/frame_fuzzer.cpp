@@ -1,6 +1,7 @@
 // fuzz_frame: the frame and envelope decoders (wire::decodeHeader,
 // wire::decodeEnvelope) as a link meets them, behind the FrameReader that
-// splits a TCP or Unix byte stream into frames. Beyond "no crash, no leak,
+// splits a TCP or Unix byte stream into frames and checks (or decrypts)
+// each frame's tag under every FabricSecurity. Beyond "no crash, no leak,
 // no UB", it checks that the frames do not depend on how the stream was cut
 // into reads or on the reader's buffer size, and that each frame, encoded
 // again, reads back as itself.
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,9 +18,12 @@
 #include "fuzz/fuzz_check.h"
 #include "fuzz/inputs.h"
 #include "transport/asio/frame_reader.h"
+#include "transport/frame_seal.h"
 
 namespace {
 
+using crown::transport::FabricSecurity;
+using crown::transport::FrameOpener;
 using crown::transport::FrameReader;
 using crown::transport::ReceivedFrame;
 
@@ -38,9 +43,11 @@ std::string wireForm(const ReceivedFrame& frame) {
 // Every frame the reader takes from `stream`, read `nextRead(room)` bytes at
 // a time, up to the first bad frame.
 template <class NextRead>
-std::vector<std::string> readFrames(const std::vector<std::byte>& stream, std::size_t bufferBytes,
-                                    NextRead nextRead) {
-  FrameReader reader(limits(), bufferBytes);
+std::vector<std::string> readFrames(const std::vector<std::byte>& stream, FabricSecurity security,
+                                    std::size_t bufferBytes, NextRead nextRead) {
+  std::optional<FrameOpener> opener;
+  if (security != FabricSecurity::kAuth) opener.emplace(security, crown::fuzz::kFrameKey);
+  FrameReader reader(limits(), opener ? &*opener : nullptr, bufferBytes);
   std::vector<std::string> frames;
   std::size_t at = 0;
   try {
@@ -64,8 +71,8 @@ std::vector<std::string> readFrames(const std::vector<std::byte>& stream, std::s
 
 // The reference: one buffer for the whole stream, filled by one read. (Not
 // the default 64 KiB buffer, whose allocation would cost more than the run.)
-std::vector<std::string> readWhole(const std::vector<std::byte>& stream) {
-  return readFrames(stream, stream.size() + 1, [](std::size_t room) { return room; });
+std::vector<std::string> readWhole(const std::vector<std::byte>& stream, FabricSecurity security) {
+  return readFrames(stream, security, stream.size() + 1, [](std::size_t room) { return room; });
 }
 
 }  // namespace
@@ -75,17 +82,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   crown::fuzz::FrameSettings settings;
   input.ConsumeData(&settings, sizeof settings);
   std::vector<std::byte> stream = input.ConsumeRemainingBytes<std::byte>();
+  auto security = static_cast<FabricSecurity>(1 + settings.security % 3);
 
   std::minstd_rand chunks(settings.chunkSeed);
   std::size_t maxChunk = 1 + settings.maxChunk % 4096;
-  auto cut = readFrames(stream, 1 + settings.bufferBytes % 4096,
+  auto cut = readFrames(stream, security, 1 + settings.bufferBytes % 4096,
                         [&](std::size_t) { return 1 + chunks() % maxChunk; });
-  auto whole = readWhole(stream);
+  auto whole = readWhole(stream, security);
   CROWN_FUZZ_CHECK(cut == whole);
 
+  // The frames as they were read, in clear.
   std::string again;
   for (const std::string& frame : whole) again += frame;
   auto* begin = reinterpret_cast<const std::byte*>(again.data());
-  CROWN_FUZZ_CHECK(readWhole({begin, begin + again.size()}) == whole);
+  CROWN_FUZZ_CHECK(readWhole({begin, begin + again.size()}, FabricSecurity::kAuth) == whole);
   return 0;
 }

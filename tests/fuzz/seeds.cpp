@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "crown/wire/serialize.h"
 #include "fuzz/archive_types.h"
 #include "fuzz/inputs.h"
+#include "transport/frame_seal.h"
 
 namespace {
 
@@ -75,22 +77,48 @@ fuzz::ArchiveTypes archiveSamples() {
           {0, 1, entry}};
 }
 
+// Frames as a link writes them: sealed under `security` (with the fuzzer's key).
+std::string frameStream(transport::FabricSecurity security,
+                        const std::vector<std::pair<wire::Envelope, std::string>>& frames) {
+  std::optional<transport::FrameSealer> sealer;
+  if (security != transport::FabricSecurity::kAuth) sealer.emplace(security, fuzz::kFrameKey);
+  std::string stream;
+  for (const auto& [envelope, payload] : frames) {
+    std::string head = wire::encodeFrameHead(envelope, payload.size());
+    if (!sealer) {
+      stream += head + payload;
+      continue;
+    }
+    std::string ciphertext;
+    transport::FrameTag tag;
+    sealer->seal(head, wire::Payload(payload), ciphertext, tag);
+    bool encrypted = security == transport::FabricSecurity::kEncrypt;
+    stream += head + (encrypted ? ciphertext : payload) + std::string(tag.begin(), tag.end());
+  }
+  return stream;
+}
+
 void writeFrames(const fs::path& root) {
+  using wire::MessageKind;
   SeedWriter seeds(root, "frame");
-  auto frame = [](wire::MessageKind kind, const std::string& type, const std::string& payload) {
-    wire::Envelope envelope{kind, {1, 2}, {3, 4}, 5, type, 6};
-    return wire::encodeFrameHead(envelope, payload.size()) + payload;
+  auto frame = [](MessageKind kind, const std::string& type, std::string payload) {
+    return std::pair{wire::Envelope{kind, {1, 2}, {3, 4}, 5, type, 6}, std::move(payload)};
   };
   std::string cast = wire::toBytes(castTo(mesh::Slice::rowMajor({4, 4}), 16,
                                           mesh::CastMode::kCollect));
-  std::string stream = frame(wire::MessageKind::kRequest, "crown::CastMessage", cast) +
-                       frame(wire::MessageKind::kReply, "crown::CastResult", "") +
-                       frame(wire::MessageKind::kHeartbeat, "", "") +
-                       frame(wire::MessageKind::kOneWay, "tests.Large", std::string(5000, 'x')) +
-                       frame(wire::MessageKind::kFailure, "crown::RemoteFailure", "failure");
-  seeds.write(fuzz::FrameSettings{}, frame(wire::MessageKind::kOneWay, "tests.Ping", "ping"));
-  seeds.write(fuzz::FrameSettings{4095, 4095, 1}, stream);  // 4 KiB buffer and reads
-  seeds.write(fuzz::FrameSettings{31, 7, 2}, stream);       // 32-byte buffer, 1..8-byte reads
+  std::vector frames{frame(MessageKind::kRequest, "crown::CastMessage", cast),
+                     frame(MessageKind::kReply, "crown::CastResult", ""),
+                     frame(MessageKind::kHeartbeat, "", ""),
+                     frame(MessageKind::kOneWay, "tests.Large", std::string(5000, 'x')),
+                     frame(MessageKind::kFailure, "crown::RemoteFailure", "failure")};
+  for (std::uint8_t mode = 0; mode < 3; ++mode) {  // auth, integrity, encrypt
+    auto security = static_cast<transport::FabricSecurity>(1 + mode);
+    seeds.write(fuzz::FrameSettings{0, 0, 0, mode},
+                frameStream(security, {frame(MessageKind::kOneWay, "tests.Ping", "ping")}));
+    // A 4 KiB buffer and reads; a 32-byte buffer and 1..8-byte reads.
+    seeds.write(fuzz::FrameSettings{4095, 4095, 1, mode}, frameStream(security, frames));
+    seeds.write(fuzz::FrameSettings{31, 7, 2, mode}, frameStream(security, frames));
+  }
 }
 
 template <std::size_t... I>
