@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CROWN_FUZZ_CHECK(condition)                                                        \
-  do {                                                                                     \
-    if (!(condition)) {                                                                    \
+#define CROWN_FUZZ_CHECK(condition)                                                    \
+  do {                                                                                 \
+    if (!(condition)) {                                                                \
       std::fprintf(stderr, "%s:%d: CROWN_FUZZ_CHECK(%s) failed\n", __FILE__, __LINE__, \
-                   #condition);                                                            \
-      std::abort();                                                                        \
-    }                                                                                      \
+                   #condition);                                                        \
+      std::abort();                                                                    \
+    }                                                                                  \
   } while (false)

@@ -45,9 +45,16 @@ class SeedWriter {
 mesh::detail::CastMessage castTo(mesh::Slice slice, std::uint32_t fanout, mesh::CastMode mode) {
   std::vector<std::uint64_t> seqs(slice.size(), 1);
   if (!seqs.empty()) seqs.back() = 2;  // two runs
-  return {{0, 5}, 1, std::move(slice), fanout, 9, mesh::detail::encodeRuns(seqs),
-          static_cast<std::uint8_t>(mode), mode == mesh::CastMode::kReduce ? "crown.sum" : "",
-          "tests.Ping", wire::toBytes(std::string("ping"))};
+  return {{0, 5},
+          1,
+          std::move(slice),
+          fanout,
+          9,
+          mesh::detail::encodeRuns(seqs),
+          static_cast<std::uint8_t>(mode),
+          mode == mesh::CastMode::kReduce ? "crown.sum" : "",
+          "tests.Ping",
+          wire::toBytes(std::string("ping"))};
 }
 
 // One sample of each of ArchiveTypes, in its order.
@@ -104,8 +111,8 @@ void writeFrames(const fs::path& root) {
   auto frame = [](MessageKind kind, const std::string& type, std::string payload) {
     return std::pair{wire::Envelope{kind, {1, 2}, {3, 4}, 5, type, 6}, std::move(payload)};
   };
-  std::string cast = wire::toBytes(castTo(mesh::Slice::rowMajor({4, 4}), 16,
-                                          mesh::CastMode::kCollect));
+  std::string cast =
+      wire::toBytes(castTo(mesh::Slice::rowMajor({4, 4}), 16, mesh::CastMode::kCollect));
   std::vector frames{frame(MessageKind::kRequest, "crown::CastMessage", cast),
                      frame(MessageKind::kReply, "crown::CastResult", ""),
                      frame(MessageKind::kHeartbeat, "", ""),
@@ -140,7 +147,7 @@ void writeCasts(const fs::path& root) {
   write(grid, 2, CastMode::kReduce, 5);
   write(grid, 1, CastMode::kStream, 15);
   write(grid.select(1, 1, mesh::kEnd, 2), 2, CastMode::kBroadcast, 7);  // strided
-  write(grid.at(0, 2), 3, CastMode::kCollect, 9);                      // a row
+  write(grid.at(0, 2), 3, CastMode::kCollect, 9);                       // a row
 }
 
 }  // namespace
