@@ -28,7 +28,7 @@ struct ArchiveSettings {
 
 /// fuzz_cast: a CastMessage as a hop receives it.
 struct CastSettings {
-  std::uint16_t worldSize = 0;  ///< ranks in the job: 1 + this
+  std::uint16_t worldSize = 0;  ///< ranks in the job: 1 + this % 4096
   std::uint16_t here = 0;       ///< the receiving rank: this % world size
 };
 
