@@ -7,6 +7,9 @@ set_property(CACHE CROWN_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
 set_property(CACHE CROWN_WITH_NCCL PROPERTY STRINGS AUTO ON OFF)
 option(CROWN_BUILD_TESTS "Build the tests" ON)
 option(CROWN_BUILD_BENCH "Build the benchmarks" ON)
+# libFuzzer targets (tests/fuzz), for a separate build tree configured with
+# clang; see cmake/CrownFuzz.cmake.
+option(CROWN_BUILD_FUZZ "Build the libFuzzer targets (clang only)" OFF)
 option(CROWN_WITH_PYTHON "Build the Python front end (needs pybind11 and Python 3 headers)" ON)
 # Where cmake --install puts the crown package, relative to the prefix (the
 # modulefiles add it to PYTHONPATH).

@@ -16,26 +16,6 @@
 
 namespace crown::mesh::detail {
 
-std::vector<SeqRun> encodeRuns(const std::vector<std::uint64_t>& seqs) {
-  std::vector<SeqRun> runs;
-  for (std::uint64_t seq : seqs) {
-    if (!runs.empty() && runs.back().seq == seq) {
-      ++runs.back().count;
-    } else {
-      runs.push_back({1, seq});
-    }
-  }
-  return runs;
-}
-
-std::uint64_t seqAt(const std::vector<SeqRun>& runs, std::uint64_t index) {
-  for (const SeqRun& run : runs) {
-    if (index < run.count) return run.seq;
-    index -= run.count;
-  }
-  throw ProtocolError("a cast carries no order position for one of its members");
-}
-
 namespace {
 
 using crown::detail::Outcome;
@@ -140,17 +120,14 @@ struct CastAgent::Impl {
   ActorId agentOn(std::size_t rank) const { return ActorId{static_cast<Rank>(rank), agentId_}; }
 
   void onCast(const Envelope& envelope, wire::Bytes&& bytes) {
-    auto message = wire::fromBytes<CastMessage>(bytes);
-    if (message.mode > static_cast<std::uint8_t>(CastMode::kStream)) {
-      throw ProtocolError("unknown cast mode " + std::to_string(message.mode));
-    }
-    auto mode = static_cast<CastMode>(message.mode);
-    auto tree = std::make_shared<const CastTree>(message.slice, message.fanout);
     Rank here = proc_.rank();
-    std::size_t index = tree->indexOf(here);  // throws for a rank outside the slice
+    ReceivedCast cast = decodeCast(bytes, here, proc_.size());
+    CastMessage& message = cast.message;
+    CastMode mode = cast.mode;
+    const std::shared_ptr<const CastTree>& tree = cast.tree;
     Targets targets = aroundLost(tree->children(here), *tree);
     Envelope local{MessageKind::kOneWay, message.origin, {here, message.destLocal}, 0,
-                   std::move(message.type), detail::seqAt(message.seqs, index)};
+                   std::move(message.type), cast.seq};
 
     if (mode == CastMode::kBroadcast) {
       for (std::size_t child : targets.live) proc_.sendRaw(agentOn(child), kCastMessageType, bytes);

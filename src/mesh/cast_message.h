@@ -1,12 +1,16 @@
 // What travels down a cast tree (CastMessage, the same bytes at every hop)
-// and sideways up it in stream mode (CastPartial). Private to the mesh layer.
+// and sideways up it in stream mode (CastPartial), and how a hop decodes the
+// cast it receives. Private to the mesh layer; pure functions, any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "crown/mesh/cast.h"
+#include "crown/mesh/cast_tree.h"
 #include "crown/wire/serialize.h"
 
 namespace crown::mesh::detail {
@@ -43,6 +47,20 @@ struct CastMessage {
     archive& origin& castId& slice& fanout& destLocal& seqs& mode& reducer& type& payload;
   }
 };
+
+/// A cast as the hop on one rank received it, checked: its mode is known, its
+/// fan-out is at least 1, and its members are ranks of the job, the receiving
+/// rank among them.
+struct ReceivedCast {
+  CastMessage message;
+  CastMode mode = CastMode::kBroadcast;
+  std::shared_ptr<const CastTree> tree;
+  std::uint64_t seq = 0;  ///< ORD-1 position of the receiving rank's member
+};
+
+/// The cast in `bytes`, received by rank `here` of a job of `worldSize`
+/// ranks. Throws ProtocolError for bytes that are not such a cast.
+ReceivedCast decodeCast(const wire::Bytes& bytes, Rank here, std::size_t worldSize);
 
 /// Stream mode: one entry, relayed from a member to its parent hop.
 struct CastPartial {

@@ -54,8 +54,11 @@ class OArchive : public boost::archive::basic_binary_oarchive<OArchive> {
   std::string& out_;
 };
 
-/// Throws boost::archive::archive_exception when the bytes run out; a length
-/// prefix larger than what is left fails before anything is allocated.
+/// Throws boost::archive::archive_exception when the bytes run out or are
+/// not a value of the type read (a bool other than 0 or 1). A length prefix
+/// or element count larger than what is left fails before anything is
+/// allocated; so an element that encodes to no bytes at all (an empty
+/// struct) cannot be read in a collection longer than the bytes after it.
 class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
  public:
   IArchive(const char* data, std::size_t size)
@@ -67,6 +70,13 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
   void load(T& t) {
     load_binary(&t, sizeof(T));
   }
+  // Any other byte would be a bool whose every use is undefined behaviour.
+  void load(bool& b) {
+    unsigned char byte = 0;
+    load_binary(&byte, 1);
+    if (byte > 1) fail("a bool that is neither 0 nor 1");
+    b = byte == 1;
+  }
   void load(std::string& s) {
     std::size_t length = 0;
     load(length);
@@ -77,9 +87,9 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
   void load(std::wstring& s) {
     std::size_t length = 0;
     load(length);
-    require(length * sizeof(wchar_t));
+    std::size_t bytes = require(length, sizeof(wchar_t));
     s.resize(length);
-    load_binary(s.data(), length * sizeof(wchar_t));
+    load_binary(s.data(), bytes);
   }
   void load_binary(void* address, std::size_t count) {
     require(count);
@@ -92,7 +102,7 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
   };
   template <class ValueType>
   void load_array(boost::serialization::array_wrapper<ValueType>& a, unsigned int) {
-    load_binary(a.address(), a.count() * sizeof(ValueType));
+    load_binary(a.address(), require(a.count(), sizeof(ValueType)));
   }
 
   std::size_t remaining() const { return static_cast<std::size_t>(end_ - at_); }
@@ -110,13 +120,27 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
     std::memcpy(name, text.data(), text.size());
     name.t[text.size()] = '\0';
   }
+  // Boost's collections reserve or resize to the count they read before
+  // reading an element, so a count is checked here: each element takes at
+  // least one byte.
+  void load_override(boost::serialization::collection_size_type& count) {
+    boost::archive::basic_binary_iarchive<IArchive>::load_override(count);
+    if (count > remaining()) fail("a collection of more elements than bytes left");
+  }
 
  private:
-  void require(std::size_t count) const {
-    if (count > remaining()) {
-      throw boost::archive::archive_exception(
-          boost::archive::archive_exception::input_stream_error);
-    }
+  [[noreturn]] static void fail(const char* what) {
+    throw boost::archive::archive_exception(
+        boost::archive::archive_exception::input_stream_error, what);
+  }
+  void require(std::size_t bytes) const {
+    if (bytes > remaining()) fail("the bytes end before the value read");
+  }
+  // count * elementBytes, once it is known to fit in what is left (so the
+  // product cannot overflow).
+  std::size_t require(std::size_t count, std::size_t elementBytes) const {
+    if (count > remaining() / elementBytes) fail("the bytes end before the value read");
+    return count * elementBytes;
   }
 
   const char* at_;

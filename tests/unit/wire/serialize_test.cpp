@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "crown/wire/envelope.h"
 #include "crown/wire/serialize.h"
@@ -22,6 +25,24 @@ struct Sample {
 struct Named {
   template <class Archive>
   void serialize(Archive&, unsigned) {}
+};
+
+// Records the largest allocation asked of it, and refuses any over 1 MiB
+// (so a decoder that believes a huge count fails without taking the memory).
+template <class T>
+struct RecordingAllocator {
+  using value_type = T;
+  static inline std::size_t largest = 0;
+  RecordingAllocator() = default;
+  template <class U>
+  RecordingAllocator(const RecordingAllocator<U>&) {}  // NOLINT: rebinding, as allocators do
+  T* allocate(std::size_t n) {
+    largest = std::max(largest, n * sizeof(T));
+    if (n * sizeof(T) > (1 << 20)) throw std::bad_alloc();
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) { std::allocator<T>().deallocate(p, n); }
+  friend bool operator==(const RecordingAllocator&, const RecordingAllocator&) { return true; }
 };
 
 }  // namespace
@@ -56,6 +77,44 @@ TEST(Serialize, ALengthBeyondThePayloadFailsBeforeAllocating) {
   Bytes vector = toBytes(values);
   vector.resize(vector.size() - 1);
   EXPECT_THROW(fromBytes<std::vector<double>>(vector), ProtocolError);
+}
+
+// Found by fuzz_archive: Boost's vectors reserve (or resize to) the count
+// they read before reading one element.
+template <class Element>
+void expectCountRefusedBeforeAllocating(std::vector<Element> sample) {
+  using Recorded = std::vector<Element, RecordingAllocator<Element>>;
+  Bytes bytes = toBytes(Recorded(sample.begin(), sample.end()));
+  // The count follows Boost's class preamble: its first 8-byte copy.
+  std::uint64_t count = sample.size();
+  std::size_t at = bytes.find(Bytes(reinterpret_cast<const char*>(&count), sizeof count));
+  ASSERT_NE(at, Bytes::npos);
+  count = std::uint64_t{1} << 32;  // 32 GiB of elements or more, if believed
+  std::memcpy(bytes.data() + at, &count, sizeof count);
+  RecordingAllocator<Element>::largest = 0;
+  EXPECT_THROW(fromBytes<Recorded>(bytes), ProtocolError);
+  EXPECT_LE(RecordingAllocator<Element>::largest, bytes.size() * sizeof(Element));
+}
+
+TEST(Serialize, AnElementCountBeyondThePayloadFailsBeforeAllocating) {
+  expectCountRefusedBeforeAllocating<std::uint64_t>({1, 2, 3});
+  expectCountRefusedBeforeAllocating<std::string>({"a", "b"});
+}
+
+// Found by fuzz_archive (UBSan: "load of value 231, which is not a valid
+// value for type 'bool'").
+TEST(Serialize, ABoolOtherThanZeroOrOneIsAProtocolError) {
+  EXPECT_TRUE(fromBytes<bool>(toBytes(true)));
+  EXPECT_FALSE(fromBytes<bool>(toBytes(false)));
+  EXPECT_THROW(fromBytes<bool>(Bytes("\xe7", 1)), ProtocolError);
+  EXPECT_THROW(fromBytes<bool>(Bytes("\x02", 1)), ProtocolError);
+}
+
+TEST(Serialize, AWideStringLengthWhoseByteCountOverflowsIsAProtocolError) {
+  Bytes bytes = toBytes(std::wstring(L"wide"));
+  std::uint64_t length = (std::uint64_t{1} << 62) + 1;  // times 4 wraps to 4 bytes
+  std::memcpy(bytes.data(), &length, sizeof length);
+  EXPECT_THROW(fromBytes<std::wstring>(bytes), ProtocolError);
 }
 
 TEST(Serialize, LargeArraysRoundTripBitExactly) {
