@@ -32,4 +32,11 @@ struct CastSettings {
   std::uint16_t here = 0;       ///< the receiving rank: this % world size
 };
 
+/// fuzz_handshake: an honest client and server, then masks over their messages.
+struct HandshakeSettings {
+  std::uint8_t serverSecurity = 0;  ///< transport::FabricSecurity 1 + this % 3
+  std::uint8_t clientSecurity = 0;  ///< the same for the client
+  std::uint8_t target = 0;          ///< the rank the client means to reach: this % 5 (the server is 1)
+};
+
 }  // namespace crown::fuzz
