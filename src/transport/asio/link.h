@@ -76,6 +76,8 @@ class Link : public std::enable_shared_from_this<Link> {
   void endAuthentication();  // server side: tells the backend, once
   /// async_connect, waiting out a shortage of descriptors (isLocalShortage).
   asio::awaitable<void> connectPatiently(const bool& expired);
+  asio::awaitable<void> retryAfter(std::chrono::milliseconds& backoff,
+                                  const boost::system::error_code& ec, const bool& expired);
   /// Connects and reads the peer's hello, retrying while the peer turns
   /// connections away unread.
   asio::awaitable<void> connectUntilGreeted(std::array<std::uint8_t, kHelloBytes>& hello,

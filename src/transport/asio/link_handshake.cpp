@@ -66,6 +66,19 @@ asio::awaitable<void> Link::connectAndAuthenticate() {
   co_await readFrames();
 }
 
+// Closes the socket for another attempt after `backoff` (10 ms doubling to
+// 500 ms); rethrows `ec` once the deadline has passed.
+asio::awaitable<void> Link::retryAfter(std::chrono::milliseconds& backoff,
+                                       const boost::system::error_code& ec, const bool& expired) {
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  asio::steady_timer pause(strand_);
+  pause.expires_after(backoff);
+  co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  if (expired) throw boost::system::system_error(ec);
+  backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+}
+
 // A shortage of descriptors says nothing about the peer (issue 10): wait
 // it out, up to the connect deadline, which closes the socket and sets
 // `expired`.
@@ -82,13 +95,7 @@ asio::awaitable<void> Link::connectPatiently(const bool& expired) {
       log::get().warn("connecting to rank {}: {}; retrying ({} such lines dropped)", peer_,
                       ec.message(), *dropped);
     }
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-    asio::steady_timer pause(strand_);
-    pause.expires_after(backoff);
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-    if (expired) throw boost::system::system_error(ec);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    co_await retryAfter(backoff, ec, expired);
   }
 }
 
@@ -113,13 +120,7 @@ asio::awaitable<void> Link::connectUntilGreeted(std::array<std::uint8_t, kHelloB
                       "lines dropped)",
                       peer_, *dropped);
     }
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-    asio::steady_timer pause(strand_);
-    pause.expires_after(backoff);
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-    if (expired) throw boost::system::system_error(ec);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    co_await retryAfter(backoff, ec, expired);
   }
 }
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "transport/asio/frame_reader.h"
+#include "support/frame_feed.h"
 
 namespace crown::transport {
 namespace {
@@ -12,20 +12,7 @@ std::string frameBytes(const std::string& type, const std::string& payload) {
   return wire::encodeFrameHead(envelope, payload.size()) + payload;
 }
 
-// Feeds `stream` to the reader at most `chunk` bytes per read; returns the frames.
-std::vector<ReceivedFrame> feed(FrameReader& reader, const std::string& stream, std::size_t chunk) {
-  std::vector<ReceivedFrame> frames;
-  std::size_t at = 0;
-  while (at < stream.size()) {
-    auto space = reader.space();
-    std::size_t n = std::min({chunk, space.size(), stream.size() - at});
-    std::memcpy(space.data(), stream.data() + at, n);
-    reader.commit(n);
-    at += n;
-    while (auto frame = reader.next()) frames.push_back(std::move(*frame));
-  }
-  return frames;
-}
+using crown::testing::feed;
 
 TEST(FrameReader, SplitsAStreamReadByteByByte) {
   FrameReader reader(wire::FrameLimits{});

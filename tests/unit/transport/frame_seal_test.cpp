@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "transport/asio/frame_reader.h"
+#include "support/frame_feed.h"
 
 namespace crown::transport {
 namespace {
@@ -32,25 +32,8 @@ struct Writer {
   FrameSealer sealer;
 };
 
-// Feeds `stream` at most `chunk` bytes per read into `frames`; throws what the reader throws.
-void feedInto(FrameReader& reader, const std::string& stream, std::size_t chunk,
-              std::vector<ReceivedFrame>& frames) {
-  std::size_t at = 0;
-  while (at < stream.size()) {
-    auto space = reader.space();
-    std::size_t n = std::min({chunk, space.size(), stream.size() - at});
-    std::memcpy(space.data(), stream.data() + at, n);
-    reader.commit(n);
-    at += n;
-    while (auto frame = reader.next()) frames.push_back(std::move(*frame));
-  }
-}
-
-std::vector<ReceivedFrame> feed(FrameReader& reader, const std::string& stream, std::size_t chunk) {
-  std::vector<ReceivedFrame> frames;
-  feedInto(reader, stream, chunk, frames);
-  return frames;
-}
+using crown::testing::feed;
+using crown::testing::feedInto;
 
 std::string bigPayload() {
   std::string big(1 << 20, '\0');
