@@ -12,6 +12,25 @@
 
 namespace crown::testing {
 
+/// A one-way message to actor 2 of rank `to`, as the transport tests send.
+inline transport::OutMessage testMessage(Rank to, wire::Payload payload) {
+  return {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)};
+}
+
+/// An Asio backend's options for rank `rank` of `size` on loopback, with
+/// heartbeats off; tests set what they exercise on top.
+inline transport::AsioOptions loopbackOptions(Rank rank, Rank size,
+                                              const transport::Secret& secret) {
+  transport::AsioOptions options;
+  options.rank = rank;
+  options.size = size;
+  options.bindAddress = "127.0.0.1";
+  options.host = "this-host";
+  options.secret = secret;
+  options.heartbeatInterval = std::chrono::milliseconds(0);
+  return options;
+}
+
 struct TransportInbox {
   struct Received {
     Rank from;

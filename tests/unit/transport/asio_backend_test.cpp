@@ -30,8 +30,7 @@ AsioOptions optionsFor(Rank rank, const Secret& secret, std::chrono::millisecond
 struct Node : crown::testing::TransportInbox {
   explicit Node(std::unique_ptr<Transport> t) : transport(std::move(t)) {}
   void send(Rank to, std::string payload) {
-    transport->send(to,
-                    {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
+    transport->send(to, crown::testing::testMessage(to, std::move(payload)));
   }
   std::unique_ptr<Transport> transport;
 };

@@ -128,7 +128,7 @@ Backend inProcess() {
 }
 
 OutMessage message(Rank to, wire::Payload payload) {
-  return {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)};
+  return testing::testMessage(to, std::move(payload));
 }
 OutMessage message(Rank to, const char* text) { return message(to, wire::Payload(text)); }
 

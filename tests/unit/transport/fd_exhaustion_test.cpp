@@ -73,23 +73,16 @@ pid_t flood(const std::string& address, int count, std::chrono::milliseconds hol
 
 AsioOptions optionsFor(Rank rank) {
   static const Secret secret = randomSecret();
-  AsioOptions options;
-  options.rank = rank;
-  options.size = 2;
-  options.bindAddress = "127.0.0.1";
-  options.host = "this-host";
-  options.secret = secret;
+  AsioOptions options = crown::testing::loopbackOptions(rank, 2, secret);
   options.connectTimeout = 10s;
   options.authTimeout = 500ms;
-  options.heartbeatInterval = 0ms;
   return options;
 }
 
 struct Node : crown::testing::TransportInbox {
   explicit Node(Rank rank) : transport(makeTcpBackend(optionsFor(rank))) {}
   void send(Rank to, std::string payload) {
-    transport->send(to,
-                    {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
+    transport->send(to, crown::testing::testMessage(to, std::move(payload)));
   }
   std::unique_ptr<Backend> transport;
 };

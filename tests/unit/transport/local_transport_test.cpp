@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 using Inbox = testing::TransportInbox;
 
 OutMessage message(Rank to, std::string payload) {
-  return {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)};
+  return testing::testMessage(to, std::move(payload));
 }
 
 class LocalTransportTest : public ::testing::Test {

@@ -14,16 +14,10 @@ using namespace std::chrono_literals;
 constexpr const char* kMarker = "PAYLOAD-MARKER";
 
 AsioOptions optionsFor(Rank rank, Rank size, const Secret& secret, FabricSecurity security) {
-  AsioOptions options;
-  options.rank = rank;
-  options.size = size;
-  options.bindAddress = "127.0.0.1";
-  options.host = "this-host";
-  options.secret = secret;
+  AsioOptions options = crown::testing::loopbackOptions(rank, size, secret);
   options.security = security;
   options.connectTimeout = 2s;
   options.authTimeout = 2s;
-  options.heartbeatInterval = 0ms;
   return options;
 }
 
@@ -31,8 +25,7 @@ struct Node : crown::testing::TransportInbox {
   Node(Rank rank, Rank size, const Secret& secret, FabricSecurity security)
       : transport(makeTcpBackend(optionsFor(rank, size, secret, security))) {}
   void send(Rank to, std::string payload) {
-    transport->send(to,
-                    {{wire::MessageKind::kOneWay, {0, 0}, {to, 2}, 0, "test"}, std::move(payload)});
+    transport->send(to, crown::testing::testMessage(to, std::move(payload)));
   }
   std::unique_ptr<Backend> transport;
 };

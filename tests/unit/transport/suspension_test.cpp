@@ -20,12 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 
 AsioOptions optionsFor(Rank rank, const Secret& secret) {
-  AsioOptions options;
-  options.rank = rank;
-  options.size = 2;
-  options.bindAddress = "127.0.0.1";
-  options.host = "this-host";
-  options.secret = secret;
+  AsioOptions options = crown::testing::loopbackOptions(rank, 2, secret);
   options.heartbeatInterval = 20ms;
   options.heartbeatMisses = 6;
   return options;
@@ -107,7 +102,7 @@ TEST(Suspension, AStoppedRankDoesNotBlameItsPeer) {
   ASSERT_FALSE(b.empty()) << "the child never said where it listens";
   writeLine(toChild[1], a->address());
   a->start({a->address(), b}, inbox.callbacks());
-  a->send(1, {{wire::MessageKind::kOneWay, {0, 0}, {1, 2}, 0, "test"}, std::string("hello")});
+  a->send(1, crown::testing::testMessage(1, std::string("hello")));
   std::this_thread::sleep_for(200ms);  // the link is up, heartbeats flow
 
   ::kill(child, SIGSTOP);
