@@ -21,6 +21,39 @@ void check(int ok, const char* what) {
   if (ok != 1) throw Error(std::string("AES-256-GCM: ") + what + " failed");
 }
 
+void authenticateWith(EVP_CIPHER_CTX* ctx, const void* data, std::size_t size) {
+  auto* in = static_cast<const unsigned char*>(data);
+  while (size > 0) {
+    int piece = static_cast<int>(std::min(size, kMaxPiece));
+    int ignored = 0;
+    check(EVP_CipherUpdate(ctx, nullptr, &ignored, in, piece), "authentication");
+    in += piece;
+    size -= static_cast<std::size_t>(piece);
+  }
+}
+
+void cryptWith(EVP_CIPHER_CTX* ctx, const void* data, void* result, std::size_t size) {
+  auto* in = static_cast<const unsigned char*>(data);
+  auto* out = static_cast<unsigned char*>(result);
+  while (size > 0) {
+    int piece = static_cast<int>(std::min(size, kMaxPiece));
+    int written = 0;
+    check(EVP_CipherUpdate(ctx, out, &written, in, piece), "encryption");
+    in += piece;
+    out += piece;
+    size -= static_cast<std::size_t>(piece);
+  }
+}
+
+void tagOf(EVP_CIPHER_CTX* ctx, FrameTag& tag) {
+  int ignored = 0;
+  check(EVP_CipherFinal_ex(ctx, nullptr, &ignored), "finish");
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag.data(), tag.size()),
+      OSSL_PARAM_construct_end()};
+  check(EVP_CIPHER_CTX_get_params(ctx, params), "tag");
+}
+
 }  // namespace
 
 // A small frame's cost is mostly OpenSSL's per-call overhead, so the calls
@@ -48,36 +81,66 @@ void FrameCipher::nextFrame() {
 }
 
 void FrameCipher::authenticate(const void* data, std::size_t size) {
-  auto* in = static_cast<const unsigned char*>(data);
-  while (size > 0) {
-    int piece = static_cast<int>(std::min(size, kMaxPiece));
-    int ignored = 0;
-    check(EVP_CipherUpdate(ctx_, nullptr, &ignored, in, piece), "authentication");
-    in += piece;
-    size -= static_cast<std::size_t>(piece);
-  }
+  authenticateWith(ctx_, data, size);
 }
 
 void FrameCipher::crypt(const void* data, void* result, std::size_t size) {
-  auto* in = static_cast<const unsigned char*>(data);
-  auto* out = static_cast<unsigned char*>(result);
-  while (size > 0) {
-    int piece = static_cast<int>(std::min(size, kMaxPiece));
-    int written = 0;
-    check(EVP_CipherUpdate(ctx_, out, &written, in, piece), "encryption");
-    in += piece;
-    out += piece;
-    size -= static_cast<std::size_t>(piece);
-  }
+  cryptWith(ctx_, data, result, size);
 }
 
-void FrameSealer::seal(std::string& head, const wire::Payload& payload, std::string& body,
-                       FrameTag& tag) {
+void FrameSealer::sealHead(std::string& head) {
   nextFrame();
   if (security_ == FabricSecurity::kEncrypt) {
     authenticate(head.data(), wire::kFrameHeaderBytes);
     crypt(head.data() + wire::kFrameHeaderBytes, head.data() + wire::kFrameHeaderBytes,
           head.size() - wire::kFrameHeaderBytes);
+  } else {
+    authenticate(head.data(), head.size());
+  }
+}
+
+// The head goes through the sealer's own state, which is then copied for
+// the payload: frames after this one need the sealer before it is done.
+std::unique_ptr<StreamedSeal> FrameSealer::beginStreamed(std::string& head) {
+  sealHead(head);
+  EVP_CIPHER_CTX* copy = EVP_CIPHER_CTX_new();
+  if (copy == nullptr || EVP_CIPHER_CTX_copy(copy, ctx_) != 1) {
+    EVP_CIPHER_CTX_free(copy);
+    throw Error("AES-256-GCM: copying the cipher state failed");
+  }
+  return std::make_unique<StreamedSeal>(copy, security_ == FabricSecurity::kEncrypt);
+}
+
+StreamedSeal::~StreamedSeal() { EVP_CIPHER_CTX_free(ctx_); }
+
+void StreamedSeal::update(const wire::Payload& payload, std::size_t offset, std::size_t size,
+                          char* out) {
+  auto take = [&](const char* data, std::size_t length) {
+    if (size == 0) return;
+    if (offset >= length) {
+      offset -= length;
+      return;
+    }
+    std::size_t n = std::min(length - offset, size);
+    if (encrypt_) {
+      cryptWith(ctx_, data + offset, out, n);
+      out += n;
+    } else {
+      authenticateWith(ctx_, data + offset, n);
+    }
+    offset = 0;
+    size -= n;
+  };
+  take(payload.head().data(), payload.head().size());
+  for (const auto& segment : payload.segments()) take(segment.data, segment.size);
+}
+
+void StreamedSeal::finish(FrameTag& tag) { tagOf(ctx_, tag); }
+
+void FrameSealer::seal(std::string& head, const wire::Payload& payload, std::string& body,
+                       FrameTag& tag) {
+  sealHead(head);
+  if (security_ == FabricSecurity::kEncrypt) {
     body.resize(payload.size());
     char* out = body.data();
     crypt(payload.head().data(), out, payload.head().size());
@@ -87,16 +150,10 @@ void FrameSealer::seal(std::string& head, const wire::Payload& payload, std::str
       out += segment.size;
     }
   } else {
-    authenticate(head.data(), head.size());
     authenticate(payload.head().data(), payload.head().size());
     for (const auto& segment : payload.segments()) authenticate(segment.data, segment.size);
   }
-  int ignored = 0;
-  check(EVP_CipherFinal_ex(ctx_, nullptr, &ignored), "finish");
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag.data(), tag.size()),
-      OSSL_PARAM_construct_end()};
-  check(EVP_CIPHER_CTX_get_params(ctx_, params), "tag");
+  tagOf(ctx_, tag);
 }
 
 void FrameOpener::begin(const std::byte* header, std::size_t size) {

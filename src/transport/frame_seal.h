@@ -12,11 +12,18 @@
 //
 // A tag of kFrameTagBytes follows each frame. One sealer per link direction,
 // used in wire order (the link holds its mutex); one opener per reader.
+//
+// A frame whose payload is over kStreamedSealBytes is sealed as it is
+// written (StreamedSeal): the writer seals a chunk, writes it, seals the
+// next, so the seal overlaps the transfer instead of preceding it, and
+// under encrypt only one chunk of ciphertext exists at a time. The bytes
+// on the wire are the same as if it had been sealed at once.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "crown/transport/auth.h"
@@ -28,6 +35,8 @@ namespace crown::transport {
 
 constexpr std::size_t kFrameTagBytes = 16;
 using FrameTag = std::array<char, kFrameTagBytes>;
+/// Payloads above this are sealed a chunk of this size at a time as they are written.
+constexpr std::size_t kStreamedSealBytes = 1 << 20;
 
 class FrameCipher {
  public:
@@ -49,6 +58,25 @@ class FrameCipher {
   bool sealing_;
 };
 
+/// One frame's seal in progress, with its own cipher state: frames after it
+/// are sealed meanwhile by the sealer. Used by one writer at a time.
+class StreamedSeal {
+ public:
+  explicit StreamedSeal(evp_cipher_ctx_st* ctx, bool encrypt) : ctx_(ctx), encrypt_(encrypt) {}
+  ~StreamedSeal();
+  StreamedSeal(const StreamedSeal&) = delete;
+  StreamedSeal& operator=(const StreamedSeal&) = delete;
+
+  /// Seals the payload's bytes [offset, offset + size), which follow the
+  /// ones sealed before; under encrypt their ciphertext goes to `out`.
+  void update(const wire::Payload& payload, std::size_t offset, std::size_t size, char* out);
+  void finish(FrameTag& tag);
+
+ private:
+  evp_cipher_ctx_st* ctx_;
+  bool encrypt_;
+};
+
 class FrameSealer : public FrameCipher {
  public:
   FrameSealer(FabricSecurity security, const SessionKey& key) : FrameCipher(security, key, true) {}
@@ -57,6 +85,12 @@ class FrameSealer : public FrameCipher {
   /// the envelope is encrypted in place and the payload's ciphertext is put
   /// in `body`, which then goes on the wire instead of the payload.
   void seal(std::string& head, const wire::Payload& payload, std::string& body, FrameTag& tag);
+  /// Takes the next frame's place and seals its head as seal() does; its
+  /// payload is then sealed through the StreamedSeal.
+  std::unique_ptr<StreamedSeal> beginStreamed(std::string& head);
+
+ private:
+  void sealHead(std::string& head);
 };
 
 class FrameOpener : public FrameCipher {

@@ -32,17 +32,18 @@ Bytes takeRecycled(std::size_t bytes) {
 }
 
 void recycle(Bytes&& buffer) {
-  if (buffer.capacity() < kRecycledBytes) return;
-  Bytes freed;
-  {
-    std::lock_guard lock(g_recycledMutex);
-    auto& kept = recycled();
-    if (kept.size() == kRecycledBuffers) {  // the oldest goes
-      freed = std::move(kept.front());
-      kept.erase(kept.begin());
-    }
-    kept.push_back(std::move(buffer));
+  if (buffer.capacity() < kRecycledBytes || buffer.capacity() > kRecycledTotalBytes) return;
+  std::vector<Bytes> freed;  // released after the lock
+  std::lock_guard lock(g_recycledMutex);
+  auto& kept = recycled();
+  std::size_t total = buffer.capacity();
+  for (const auto& k : kept) total += k.capacity();
+  while (!kept.empty() && (kept.size() == kRecycledBuffers || total > kRecycledTotalBytes)) {
+    total -= kept.front().capacity();  // the oldest goes
+    freed.push_back(std::move(kept.front()));
+    kept.erase(kept.begin());
   }
+  kept.push_back(std::move(buffer));
 }
 
 void countCopied(std::size_t bytes) { g_copied.fetch_add(bytes, std::memory_order_relaxed); }

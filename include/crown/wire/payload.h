@@ -48,10 +48,12 @@ class Payload {
 /// Large receive buffers, recycled: new memory costs a page fault per page at
 /// its first touch, so a buffer that held a received payload (at least
 /// kRecycledBytes) can be handed back when its last reader is done, and the
-/// next large payload is read into it. A few are kept (kRecycledBuffers).
-/// Thread-safe.
+/// next large payload is read into it. A few are kept (kRecycledBuffers),
+/// together at most kRecycledTotalBytes, so that one huge message does not
+/// pin its size in memory for the rest of the run. Thread-safe.
 constexpr std::size_t kRecycledBytes = 8 << 20;
 constexpr std::size_t kRecycledBuffers = 4;
+constexpr std::size_t kRecycledTotalBytes = 256 << 20;
 /// A buffer with room for `bytes` (its contents undefined), recycled if one
 /// is kept, else empty (the caller allocates).
 Bytes takeRecycled(std::size_t bytes);

@@ -53,20 +53,25 @@ LinkError connectionError(const boost::system::error_code& ec, const std::string
 
 }  // namespace
 
-// The buffers of `frame` past its first `frame.written` bytes, appended to `out`.
+// The buffers of `frame` from its first unwritten byte to its last ready
+// one, appended to `out`.
 template <class Out>
 void Link::gatherBuffers(const QueuedFrame& frame, Out& out) {
   std::size_t skip = frame.written;
+  std::size_t room = frame.ready() - frame.written;
   auto add = [&](const char* data, std::size_t size) {
     if (skip >= size) {
       skip -= size;
       return;
     }
-    out.emplace_back(data + skip, size - skip);
+    std::size_t n = std::min(size - skip, room);
+    if (n > 0) out.emplace_back(data + skip, n);
+    room -= n;
     skip = 0;
   };
   add(frame.head.data(), frame.head.size());
   if (frame.encrypted) {
+    skip -= std::min(skip, frame.cipherBegin);  // written before this chunk was sealed
     add(frame.ciphertext.data(), frame.ciphertext.size());
   } else {
     const auto& payload = frame.message.payload;
@@ -168,7 +173,9 @@ void Link::send(OutMessage message) {
 // serialises this write against the pending read, and the socket is closed
 // only after the state leaves kReady, which needs mutex_.
 bool Link::tryWriteDirect(QueuedFrame& frame) {
-  if (frame.message.payload.segments().size() + 3 > kMaxDirectBuffers) return false;
+  if (frame.streamed || frame.message.payload.segments().size() + 3 > kMaxDirectBuffers) {
+    return false;
+  }
   // On the stack: this is every request's path.
   struct Iovecs {
     iovec entries[kMaxDirectBuffers];
@@ -196,18 +203,20 @@ bool Link::tryWriteDirect(QueuedFrame& frame) {
 
 void Link::startWrite() {
   std::vector<asio::const_buffer> buffers;
-  std::size_t frames = 0;
   std::size_t bytes = 0;
   {
     std::lock_guard lock(mutex_);
     if (state_ != State::kReady) return;
+    std::size_t frames = 0;
     for (auto& frame : queue_) {
       if (frames == kMaxBatchFrames || (frames > 0 && bytes >= kMaxBatchBytes)) break;
+      if (frame.streamed && frame.written == frame.ready()) sealNextChunk(frame);
       gatherBuffers(frame, buffers);
-      bytes += frame.size() - frame.written;
+      bytes += frame.ready() - frame.written;
       ++frames;
+      if (frame.ready() < frame.size()) break;  // the rest of it is not sealed yet
     }
-    if (frames == 0) {
+    if (bytes == 0) {
       writing_ = false;
       return;
     }
@@ -215,20 +224,27 @@ void Link::startWrite() {
   // Buffers point into queue_ entries: deque::push_back never moves existing
   // elements, and only this completion pops them.
   asio::async_write(socket_, buffers,
-                    asio::bind_executor(strand_, [self = shared_from_this(), frames](
+                    asio::bind_executor(strand_, [self = shared_from_this(), bytes](
                                                      boost::system::error_code ec, std::size_t) {
                       if (ec) {
                         self->fail(connectionError(ec, "write failed"));
                         return;
                       }
-                      {
-                        std::lock_guard lock(self->mutex_);
-                        for (std::size_t i = 0; i < frames && !self->queue_.empty(); ++i) {
-                          self->queue_.pop_front();
-                        }
-                      }
+                      self->wrote(bytes);
                       self->startWrite();
                     }));
+}
+
+void Link::wrote(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  while (bytes > 0 && !queue_.empty()) {
+    QueuedFrame& front = queue_.front();
+    std::size_t n = std::min(bytes, front.ready() - front.written);
+    if (n == 0) break;
+    front.written += n;
+    bytes -= n;
+    if (front.written == front.size()) queue_.pop_front();
+  }
 }
 
 // Hands queued frames back and closes the link. When error.peerLost() the
@@ -255,8 +271,14 @@ void Link::fail(const LinkError& givenError) {
   if (error.peerLost() && !backend_.stopping()) backend_.reportPeerLost(peer_, error);
 }
 
+// Frames are sealed on TCP links only. A connected Unix stream socket has
+// exactly two ends, both proved by the handshake, and the kernel carries
+// its bytes: no third process can forge, replay, reorder, cut in or read a
+// frame on it, so a tag would cost a pass over every payload (half the
+// bandwidth of a same-host link) and protect nothing (SEC-1; README, "Threat
+// model").
 void Link::beginSession(const LinkSession& session) {
-  if (session.security != FabricSecurity::kAuth) {
+  if (session.security != FabricSecurity::kAuth && isTcp(socket_)) {
     sealer_.emplace(session.security, session.sendKey);
     opener_.emplace(session.security, session.receiveKey);
   }
@@ -265,10 +287,32 @@ void Link::beginSession(const LinkSession& session) {
 
 void Link::seal(QueuedFrame& frame) {
   if (!sealer_ || frame.sealed) return;
-  sealer_->seal(frame.head, frame.message.payload, frame.ciphertext, frame.tag);
   frame.sealed = true;
   frame.encrypted = sealer_->security() == FabricSecurity::kEncrypt;
+  if (frame.message.payload.size() > kStreamedSealBytes) {
+    frame.streamed = sealer_->beginStreamed(frame.head);
+    return;
+  }
+  sealer_->seal(frame.head, frame.message.payload, frame.ciphertext, frame.tag);
   frame.tagBytes = kFrameTagBytes;
+}
+
+void Link::sealNextChunk(QueuedFrame& frame) {
+  const auto& payload = frame.message.payload;
+  std::size_t size = std::min(kStreamedSealBytes, payload.size() - frame.bodySealed);
+  char* out = nullptr;
+  if (frame.encrypted) {
+    frame.ciphertext.resize(size);
+    frame.cipherBegin = frame.bodySealed;
+    out = frame.ciphertext.data();
+  }
+  frame.streamed->update(payload, frame.bodySealed, size, out);
+  frame.bodySealed += size;
+  if (frame.bodySealed == payload.size()) {
+    frame.streamed->finish(frame.tag);
+    frame.streamed.reset();
+    frame.tagBytes = kFrameTagBytes;
+  }
 }
 
 bool Link::idle() {

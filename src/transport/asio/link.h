@@ -12,6 +12,8 @@
 // Once the handshake has given the link its session keys, every frame is
 // sealed (frame_seal.h) at the moment its place on the wire is fixed, under
 // the link's mutex: frames queued while connecting are sealed when it ends.
+// A large payload's seal is only begun then; the strand seals it a chunk at
+// a time just before writing that chunk, so sealing overlaps the transfer.
 #pragma once
 
 #include <atomic>
@@ -62,13 +64,15 @@ class Link : public std::enable_shared_from_this<Link> {
     std::size_t written = 0;  // bytes of head+body+tag already on the wire
     bool sealed = false;
     bool encrypted = false;  // `ciphertext` goes out instead of the payload
-    std::string ciphertext;
+    std::string ciphertext;  // the payload's from body offset cipherBegin (all, unless streamed)
+    std::size_t cipherBegin = 0;
     FrameTag tag{};
     std::size_t tagBytes = 0;
-    std::size_t bodySize() const {
-      return encrypted ? ciphertext.size() : message.payload.size();
-    }
-    std::size_t size() const { return head.size() + bodySize() + tagBytes; }
+    std::unique_ptr<StreamedSeal> streamed;  // while a large payload is sealed as it goes
+    std::size_t bodySealed = 0;              // of a streamed payload
+    std::size_t size() const { return head.size() + message.payload.size() + tagBytes; }
+    /// Bytes that may go on the wire: all, or a streamed frame's sealed part.
+    std::size_t ready() const { return streamed ? head.size() + bodySealed : size(); }
   };
 
   asio::awaitable<void> connectAndAuthenticate();
@@ -89,11 +93,13 @@ class Link : public std::enable_shared_from_this<Link> {
   template <class Out>
   static void gatherBuffers(const QueuedFrame& frame, Out& out);
   void startWrite();                      // on the strand
+  void wrote(std::size_t bytes);          // the strand's write ended: pops what went out
   void fail(const LinkError& givenError);  // any thread
   bool tryWriteDirect(QueuedFrame& frame);  // with mutex_ held
   /// Takes the handshake's keys and seals what queued meanwhile; with mutex_ held.
   void beginSession(const LinkSession& session);
   void seal(QueuedFrame& frame);  // with mutex_ held, in wire order
+  void sealNextChunk(QueuedFrame& frame);  // a streamed frame's, with mutex_ held
 
   AsioBackend& backend_;
   Rank peer_ = 0;  // a server link learns it in the handshake

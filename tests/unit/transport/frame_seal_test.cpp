@@ -69,6 +69,45 @@ TEST_P(SealedFrames, RoundTripSmallAndLargeFramesInAnyChunking) {
   }
 }
 
+// A large payload sealed a chunk at a time as it is written (the link's
+// way) puts the same bytes on the wire as one sealed at once, even when its
+// chunks cut across its segments and other frames are sealed in between.
+TEST_P(SealedFrames, AStreamedSealPutsTheSameBytesOnTheWire) {
+  SessionKey key = someKey();
+  std::string big = bigPayload() + bigPayload() + "tail";  // over two chunks
+  auto payloadInPieces = [&] {
+    wire::Payload payload(big.substr(0, 1000));
+    auto owner = std::make_shared<std::string>(big);
+    payload.append(owner, owner->data() + 1000, 700000);
+    payload.append(owner, owner->data() + 701000, big.size() - 701000);
+    return payload;
+  };
+  wire::Envelope envelope{wire::MessageKind::kOneWay, {0, 1}, {1, 2}, 0, "big"};
+  Writer whole(GetParam(), key);
+  std::string expected = whole.frame("big", big);
+  expected += whole.frame("after", "x");  // one statement each: sealing order is wire order
+
+  Writer streaming(GetParam(), key);
+  wire::Payload payload = payloadInPieces();
+  std::string head = wire::encodeFrameHead(envelope, payload.size());
+  std::unique_ptr<StreamedSeal> seal = streaming.sealer.beginStreamed(head);
+  std::string after = streaming.frame("after", "x");  // sealed while `big` is being written
+  std::string wire = head;
+  bool encrypted = GetParam() == FabricSecurity::kEncrypt;
+  for (std::size_t at = 0; at < payload.size(); at += kStreamedSealBytes) {
+    std::size_t n = std::min(kStreamedSealBytes, payload.size() - at);
+    std::string chunk(n, '\0');
+    seal->update(payload, at, n, encrypted ? chunk.data() : nullptr);
+    wire += encrypted ? chunk : big.substr(at, n);
+  }
+  FrameTag tag{};
+  seal->finish(tag);
+  wire += std::string(tag.data(), tag.size()) + after;
+  ASSERT_EQ(wire.size(), expected.size());
+  std::size_t differs = std::mismatch(wire.begin(), wire.end(), expected.begin()).first - wire.begin();
+  EXPECT_EQ(differs, wire.size()) << "the bytes differ from " << differs;
+}
+
 TEST_P(SealedFrames, AnyFlippedBitIsRefused) {
   SessionKey key = someKey();
   Writer probe(GetParam(), key);
