@@ -4,9 +4,13 @@
 // members' ORD-1 gaps then close without waiting for the gap timeout
 // (DLV-1), and a member that had them already drops the copies (the
 // reorder buffer's duplicates). Bounded per child by a count and a byte
-// total (CROWN_CAST_RESEND_WINDOW, CROWN_CAST_RESEND_WINDOW_BYTES); what
-// falls outside is what members report lost (LostMessages). A broadcast's
-// bytes are one buffer shared by every window it is in. Thread-safe.
+// total (CROWN_CAST_RESEND_WINDOW, CROWN_CAST_RESEND_WINDOW_BYTES), keeping
+// the newest past the byte bound. What falls outside, members report lost
+// (LostMessages): what a dead hop failed to forward is the last of what it
+// was sent, so when more was lost than the window holds, the broadcasts
+// resent come after a gap, which the members see, give up and report. A
+// broadcast's bytes are one buffer shared by every window it is in.
+// Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +33,8 @@ class ResendWindow {
     std::shared_ptr<const CastTree> tree;
   };
 
-  /// 0 messages or 0 bytes: nothing is kept, every loss is reported.
+  /// 0 messages: nothing is kept (a loss is noticed only by a later message
+  /// from the same sender to the same actor, as a gap).
   ResendWindow(std::size_t messages, std::size_t bytes) : messages_(messages), bytes_(bytes) {}
 
   /// `sent` went to `child`; the oldest fall out past the bounds.
