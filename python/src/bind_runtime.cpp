@@ -20,9 +20,6 @@ namespace crown::python {
 
 namespace {
 
-// On the proc agent's pool thread. No Python object is kept, so nothing of
-// Python's outlives the interpreter; once it is finalising, only the log
-// line (already written) remains.
 bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
@@ -31,6 +28,9 @@ bool finalizing() {
 #endif
 }
 
+// On the proc agent's pool thread. No Python object is kept, so nothing of
+// Python's outlives the interpreter; once it is finalising, only the log
+// line (already written) remains.
 void toFaultHook(const LostMessages& lost) {
   if (!Py_IsInitialized() || finalizing()) return;
   Gil gil;

@@ -104,10 +104,10 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   CROWN_CHECK(options.pool != nullptr, "crown::Proc needs an executor (Options::pool)");
   CROWN_CHECK(transport != nullptr, "crown::Proc needs a Transport");
   impl_ = std::make_unique<Impl>(*this, std::move(options), std::move(transport));
-  Impl* self = impl_.get();
-  impl_->mailboxes.host(std::make_unique<detail::ProcAgent>(
-                            *this, [self](const LostMessages& lost) { self->onLostMessages(lost); }),
-                        kAgentLocalId, "proc-agent");
+  Impl* impl = impl_.get();
+  impl->mailboxes.host(std::make_unique<detail::ProcAgent>(
+                           *this, [impl](const LostMessages& lost) { impl->onLostMessages(lost); }),
+                       kAgentLocalId, "proc-agent");
   SystemIds ids;
   for (const ModuleFactory& factory : impl_->options.modules) {
     impl_->owned.push_back(factory());
@@ -117,7 +117,6 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   impl_->installing = false;
 
   transport::TransportCallbacks callbacks;
-  Impl* impl = self;
   callbacks.onMessage = [impl](Rank, wire::Envelope&& envelope, wire::Bytes&& payload) {
     impl->router.deliver(std::move(envelope), std::move(payload), true);
   };

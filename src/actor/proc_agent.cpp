@@ -42,15 +42,3 @@ ProcAgent::ProcAgent(Proc& proc, std::function<void(const LostMessages&)> onLost
 }
 
 }  // namespace crown::detail
-
-namespace crown {
-
-std::string toString(const LostMessages& lost) {
-  return std::to_string(lost.count) + " message" + (lost.count == 1 ? "" : "s") + " (numbers " +
-         std::to_string(lost.first) + ".." + std::to_string(lost.last) + ") from actor " +
-         wire::toString(lost.sender) + " to '" + lost.destName + "' (actor " +
-         wire::toString(lost.dest) + ") were lost: a cast hop died before forwarding them, "
-         "and they were beyond what its parent could resend (CROWN_CAST_RESEND_WINDOW)";
-}
-
-}  // namespace crown

@@ -29,7 +29,7 @@ struct LostMessages {
   }
 };
 
-/// "3 messages (numbers 4..6) from actor 0.0 to 'worker' (actor 5.17) were lost".
+/// "3 messages (numbers 4..6) from actor 0:0 to 'worker' (actor 5:17) were lost ...".
 std::string toString(const LostMessages& lost);
 
 }  // namespace crown
