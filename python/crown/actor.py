@@ -16,7 +16,10 @@ arguments and results are pickled (protocol 5, arrays out of band). Every
 rank runs the same script, so classes and functions defined in it exist
 everywhere; anything else travels by value (cloudpickle). An endpoint that
 raises in a call with no caller (broadcast, a port's send) is logged on its
-rank with its traceback and handed to crown's supervision path.
+rank with its traceback and handed to crown's supervision path. One-way
+messages lost for good (broadcasts lost with a cast hop that died, beyond
+what its parent could resend) are reported to the sending rank, which hands
+them to :func:`unhandled_fault_hook`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import inspect
 import itertools
 import math
 import queue
+import sys
 import threading
+import traceback
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -37,6 +42,7 @@ __all__ = [
     "ActorError", "ActorStoppedError", "SupervisionError", "MeshError", "Channel", "Port",
     "PortReceiver",
     "Accumulator", "current_rank", "current_size", "context", "this_host", "HostMesh",
+    "MessagesLost", "unhandled_fault_hook",
 ]
 
 SupervisionError = _crown.SupervisionError
@@ -62,6 +68,48 @@ class ActorError(_crown.RemoteActorError):
 class ActorStoppedError(ActorError, _crown.ActorStoppedError):
     """A call reached an actor that was stopped (ActorMesh.stop). Both an
     ActorError (``rank``, ``actor``) and crown's ActorStoppedError."""
+
+
+class MessagesLost:
+    """A fault that no caller hears of: the actor ``actor`` (its name) on rank
+    ``rank`` gave up waiting for ``count`` one-way messages (numbers ``first``
+    to ``last``) that ``sender`` (rank, local id) sent it, after the order gap
+    timeout (CROWN_ORDER_GAP_TIMEOUT_MS). In practice: broadcasts lost with a
+    cast hop that died, beyond what its parent could resend
+    (CROWN_CAST_RESEND_WINDOW). ``str()`` says all that."""
+
+    def __init__(self, sender, rank, actor, count, first, last, message):
+        self.sender = sender
+        self.rank = rank
+        self.actor = actor
+        self.count = count
+        self.first = first
+        self.last = last
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+    def __repr__(self):
+        return f"MessagesLost({self.message!r})"
+
+
+def unhandled_fault_hook(failure) -> None:
+    """Called with each fault that nothing else handles (today a
+    :class:`MessagesLost`), on the rank that sent the lost messages: the
+    controller, for its own casts. The default prints it to stderr. Replace it
+    (``crown.actor.unhandled_fault_hook = my_hook``, Monarch's name) to act on
+    it; it runs on a runtime thread, so it should return quickly."""
+    print(f"crown: unhandled fault: {failure}", file=sys.stderr, flush=True)
+
+
+def _messages_lost(sender, rank, actor, count, first, last, message):
+    # The runtime's hook (python/src/bind_runtime.cpp), with the GIL. The
+    # module's hook is looked up at each call, so a replacement counts at once.
+    try:
+        unhandled_fault_hook(MessagesLost(sender, rank, actor, count, first, last, message))
+    except BaseException:  # noqa: BLE001 - a failing hook must not take the runtime down
+        traceback.print_exc()
 
 
 class Actor:

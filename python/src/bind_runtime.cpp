@@ -2,17 +2,49 @@
 // controller, the others call serve(), which returns their exit code once the
 // controller is done (SHT-1). Blocking calls release the GIL. log() writes
 // through crown's logger, so Python's warnings sit with C++'s on stderr.
+// Reports of messages lost for good (LostMessages) go to Python's
+// crown.actor.unhandled_fault_hook on the rank that sent them.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "crown/actor/lost_messages.h"
 #include "crown/bootstrap/controller.h"
 #include "crown/common/log.h"
 #include "crown/mesh/world_shape.h"
+#include "gil.h"
 
 namespace py = pybind11;
 
 namespace crown::python {
+
+namespace {
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// On the proc agent's pool thread. No Python object is kept, so nothing of
+// Python's outlives the interpreter; once it is finalising, only the log
+// line (already written) remains.
+void toFaultHook(const LostMessages& lost) {
+  if (!Py_IsInitialized() || finalizing()) return;
+  Gil gil;
+  try {
+    py::module_::import("crown.actor")
+        .attr("_messages_lost")(py::make_tuple(lost.sender.rank, lost.sender.local),
+                                lost.dest.rank, lost.destName, lost.count, lost.first, lost.last,
+                                toString(lost));
+  } catch (py::error_already_set& e) {
+    log::get().error("crown.actor.unhandled_fault_hook could not be called: {}", e.what());
+  }
+}
+
+}  // namespace
 
 void bindRuntime(py::module_& m) {
   m.def(
@@ -27,7 +59,9 @@ void bindRuntime(py::module_& m) {
         int argc = static_cast<int>(kept.size());
         char** args = pointers.data();
         py::gil_scoped_release release;
-        return Runtime::init(&argc, &args).topology().rank;
+        Runtime& runtime = Runtime::init(&argc, &args);
+        runtime.proc().setLostMessagesHook(toFaultHook);
+        return runtime.topology().rank;
       },
       "Bootstraps this rank (collective over MPI_COMM_WORLD); returns its rank.");
   m.def("initialised", [] {

@@ -1,5 +1,6 @@
 #include "crown/actor/failure.h"
 
+#include "crown/actor/lost_messages.h"
 #include "crown/wire/serialize.h"
 
 namespace crown::detail {
@@ -38,3 +39,16 @@ std::exception_ptr toException(const RemoteFailure& failure) {
 }
 
 }  // namespace crown::detail
+
+namespace crown {
+
+std::string toString(const LostMessages& lost) {
+  return std::to_string(lost.count) + " message" + (lost.count == 1 ? "" : "s") + " (numbers " +
+         std::to_string(lost.first) + ".." + std::to_string(lost.last) + ") from actor " +
+         wire::toString(lost.sender) + " to '" + lost.destName + "' (actor " +
+         wire::toString(lost.dest) + ") were lost: given up after the order gap timeout "
+         "(CROWN_ORDER_GAP_TIMEOUT_MS); a cast hop that died before forwarding them, beyond "
+         "what its parent could resend (CROWN_CAST_RESEND_WINDOW)?";
+}
+
+}  // namespace crown

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "actor/reorder_buffer.h"
+#include "crown/actor/lost_messages.h"
 #include "crown/actor/module.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
@@ -125,6 +126,12 @@ void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
         case ReorderBuffer<Delivery>::Verdict::kLate:
           late.emplace(std::move(delivery));
           break;
+        case ReorderBuffer<Delivery>::Verdict::kDuplicate:
+          // A broadcast resent around a lost hop that had come through it
+          // already: ORD-1 delivers it once. A request is never resent, so
+          // one here is late (its gap forgotten): refused, never dropped (DLV-1).
+          if (delivery.envelope.kind == MessageKind::kRequest) late.emplace(std::move(delivery));
+          break;
         default:
           break;
       }
@@ -158,7 +165,8 @@ void Mailboxes::replyFailure(const Envelope& request, const RemoteFailure& failu
 
 // Nothing waits forever behind a gap (ORD-1 with DLV-1): whatever has been
 // held for the timeout is delivered, past the gaps before it, and the timer
-// runs again for the next held message's own deadline.
+// runs again for the next held message's own deadline. What was given up is
+// reported to the sender's rank (LostMessages), which nobody else could tell.
 void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
                             std::chrono::steady_clock::duration delay) {
   std::weak_ptr<Cell> weak = cell;
@@ -166,6 +174,7 @@ void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
     auto cell = weak.lock();
     if (!cell) return;
     bool schedule = false;
+    std::optional<LostMessages> lost;
     {
       std::lock_guard lock(cell->mutex);
       auto now = std::chrono::steady_clock::now();
@@ -175,13 +184,16 @@ void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
       if (result.skipped > 0) {
         log::get().warn(
             "{} messages from {} to {} never arrived within {} ms (a cast hop lost?); "
-            "delivering the {} that waited for them",
+            "delivering the {} that waited for them, and telling rank {}",
             result.skipped, wire::toString(sender), cell->actor->name(), gapTimeout_.count(),
-            cell->mailbox.size() - before);
+            cell->mailbox.size() - before, sender.rank);
+        lost = LostMessages{sender,       cell->actor->id(), cell->actor->name(),
+                            result.skipped, result.first,    result.last};
       }
       schedule = cell->claimDrain();
     }
     if (schedule) scheduleDrain(cell, false);
+    if (lost) proc_.send(ActorId{sender.rank, kAgentLocalId}, *lost);
   });
 }
 

@@ -3,6 +3,7 @@
 #include "crown/actor/proc.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "actor/mailbox.h"
 #include "actor/proc_agent.h"
@@ -10,6 +11,7 @@
 #include "actor/router.h"
 #include "actor/send_sequencer.h"
 #include "crown/actor/failure.h"
+#include "crown/actor/lost_messages.h"
 #include "crown/actor/module.h"
 #include "crown/common/log.h"
 
@@ -44,6 +46,8 @@ struct Proc::Impl {
   std::atomic<std::uint64_t> nextLocal{kFirstActorLocalId};
   bool installing = true;  // raw agents may be set only while modules install
   std::atomic<bool> stopped{false};
+  std::mutex lostHookMutex;
+  std::function<void(const LostMessages&)> lostHook;
 
   Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
       : options(std::move(opts)),
@@ -75,6 +79,17 @@ struct Proc::Impl {
         "); rank " + std::to_string(to) + " is not lost: later messages open a new link"));
   }
 
+  // The proc agent's thread: a member's report of messages from here it gave up.
+  void onLostMessages(const LostMessages& lost) {
+    log::get().error("{}", toString(lost));
+    std::function<void(const LostMessages&)> hook;
+    {
+      std::lock_guard lock(lostHookMutex);
+      hook = lostHook;
+    }
+    if (hook) hook(lost);
+  }
+
   // A pool thread, on a link's strand.
   void onPeerLost(Proc& proc, Rank peer, const std::string& reason) {
     log::get().debug("link to rank {} lost: {}", peer, reason);
@@ -89,7 +104,10 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   CROWN_CHECK(options.pool != nullptr, "crown::Proc needs an executor (Options::pool)");
   CROWN_CHECK(transport != nullptr, "crown::Proc needs a Transport");
   impl_ = std::make_unique<Impl>(*this, std::move(options), std::move(transport));
-  impl_->mailboxes.host(std::make_unique<detail::ProcAgent>(*this), kAgentLocalId, "proc-agent");
+  Impl* impl = impl_.get();
+  impl->mailboxes.host(std::make_unique<detail::ProcAgent>(
+                           *this, [impl](const LostMessages& lost) { impl->onLostMessages(lost); }),
+                       kAgentLocalId, "proc-agent");
   SystemIds ids;
   for (const ModuleFactory& factory : impl_->options.modules) {
     impl_->owned.push_back(factory());
@@ -99,7 +117,6 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   impl_->installing = false;
 
   transport::TransportCallbacks callbacks;
-  Impl* impl = impl_.get();
   callbacks.onMessage = [impl](Rank, wire::Envelope&& envelope, wire::Bytes&& payload) {
     impl->router.deliver(std::move(envelope), std::move(payload), true);
   };
@@ -245,6 +262,11 @@ void Proc::forgetDestination(std::uint64_t local) { impl_->sequencer.forgetDesti
 
 void Proc::forgetDestination(std::uint64_t local, const std::vector<std::size_t>& ranks) {
   impl_->sequencer.forgetDestination(local, ranks);
+}
+
+void Proc::setLostMessagesHook(std::function<void(const LostMessages&)> hook) {
+  std::lock_guard lock(impl_->lostHookMutex);
+  impl_->lostHook = std::move(hook);
 }
 
 void Proc::stop(std::chrono::milliseconds flushTimeout) {

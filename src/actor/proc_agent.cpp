@@ -1,6 +1,7 @@
 #include "actor/proc_agent.h"
 
 #include "crown/actor/agent.h"
+#include "crown/actor/lost_messages.h"
 #include "crown/actor/proc.h"
 #include "crown/actor/spawn.h"
 #include "crown/common/registry.h"
@@ -30,13 +31,14 @@ std::unique_ptr<Actor> constructActor(const std::string& key, const std::string&
   }
 }
 
-ProcAgent::ProcAgent(Proc& proc) {
+ProcAgent::ProcAgent(Proc& proc, std::function<void(const LostMessages&)> onLost) {
   handle<agent::Ping>([&proc](const agent::Ping&) { return proc.rank(); });
   handle<SpawnActor>([&proc](const SpawnActor& spawn) {
     auto actor = constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
     return proc.spawnLocal(std::move(actor), spawn.name).local;
   });
   handle<agent::StopActor>([&proc](const agent::StopActor& stop) { proc.stopLocal(stop.local); });
+  handle<LostMessages>([onLost = std::move(onLost)](const LostMessages& lost) { onLost(lost); });
 }
 
 }  // namespace crown::detail

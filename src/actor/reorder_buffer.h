@@ -12,6 +12,15 @@
 // under a stream of casts), they close together instead of one timeout
 // after another. Not thread-safe: the owner's mutex (the actor's mailbox
 // mutex) guards it.
+//
+// A cast hop's parent resends the broadcasts it had sent to a hop that died
+// (mesh/resend_window.h), so a member may receive one twice: once through
+// the hop before it died, once resent. ORD-1 says once, so a number already
+// delivered or already held is a duplicate, dropped; a number whose gap was
+// given up is late, as before. Telling the two apart needs the given-up
+// ranges, of which the last kGivenUpRanges per sender are kept (bounded
+// memory); a number below them reads as a duplicate, and its loss was
+// reported when its gap was given up.
 #pragma once
 
 #include <chrono>
@@ -20,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "crown/wire/envelope.h"
 
@@ -35,13 +45,18 @@ class ReorderBuffer {
     kHeldFirst,  ///< held, and no gap timer runs for this sender: arm one
     kHeld,       ///< held behind a gap whose timer is already armed
     kLate,       ///< its place has passed (a gap given up): item left as it was
+    kDuplicate,  ///< delivered or held already: item left as it was
   };
+
+  /// Given-up ranges remembered per sender, to tell kLate from kDuplicate.
+  static constexpr std::size_t kGivenUpRanges = 32;
 
   Verdict accept(const wire::ActorId& sender, std::uint64_t seq, Item& item,
                  std::deque<Item>& out, Clock::time_point now = Clock::now()) {
     Sender& state = senders_[sender];
-    if (seq < state.expected) return Verdict::kLate;
+    if (seq < state.expected) return state.gaveUp(seq) ? Verdict::kLate : Verdict::kDuplicate;
     if (seq > state.expected) {
+      if (state.held.contains(seq)) return Verdict::kDuplicate;
       state.held.emplace(seq, Held{std::move(item), now});
       if (state.timerArmed) return Verdict::kHeld;
       state.timerArmed = true;
@@ -61,6 +76,8 @@ class ReorderBuffer {
 
   struct GiveUp {
     std::uint64_t skipped = 0;  ///< sequence numbers given up for lost
+    std::uint64_t first = 0;    ///< the first and last of them, when skipped > 0
+    std::uint64_t last = 0;
     std::optional<Clock::time_point> next;  ///< when to call again, if messages stay held
   };
 
@@ -79,7 +96,12 @@ class ReorderBuffer {
     if (last) {
       for (auto held = state.held.begin(); held != state.held.end() && held->first <= *last;
            held = state.held.erase(held)) {
-        result.skipped += held->first - state.expected;
+        if (held->first > state.expected) {
+          if (result.skipped == 0) result.first = state.expected;
+          result.last = held->first - 1;
+          result.skipped += held->first - state.expected;
+          state.rememberGivenUp(state.expected, held->first - 1);
+        }
         out.push_back(std::move(held->second.item));
         state.expected = held->first + 1;
       }
@@ -101,6 +123,17 @@ class ReorderBuffer {
     std::uint64_t expected = 1;
     std::map<std::uint64_t, Held> held;
     bool timerArmed = false;
+    std::deque<std::pair<std::uint64_t, std::uint64_t>> givenUp;  // [first, last], oldest first
+
+    bool gaveUp(std::uint64_t seq) const {
+      for (const auto& [first, last] : givenUp)
+        if (seq >= first && seq <= last) return true;
+      return false;
+    }
+    void rememberGivenUp(std::uint64_t first, std::uint64_t last) {
+      givenUp.emplace_back(first, last);
+      if (givenUp.size() > kGivenUpRanges) givenUp.pop_front();
+    }
   };
 
   static void release(Sender& state, std::deque<Item>& out) {

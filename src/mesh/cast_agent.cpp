@@ -8,11 +8,13 @@
 #include <unordered_map>
 
 #include "crown/actor/failure.h"
+#include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/mesh/cast.h"
 #include "crown/mesh/cast_tree.h"
 #include "mesh/aggregation.h"
 #include "mesh/cast_message.h"
+#include "mesh/resend_window.h"
 
 namespace crown::mesh::detail {
 
@@ -29,7 +31,11 @@ const std::string kCastResultType = wire::messageName<CastResult>();
 }  // namespace
 
 struct CastAgent::Impl {
-  Impl(Proc& proc, std::uint64_t agentId) : proc_(proc), agentId_(agentId) {}
+  Impl(Proc& proc, std::uint64_t agentId)
+      : proc_(proc),
+        agentId_(agentId),
+        window_(env::integer("CROWN_CAST_RESEND_WINDOW", 256, 0, 1 << 20),
+                env::integer("CROWN_CAST_RESEND_WINDOW_BYTES", 16 << 20, 0, std::int64_t{1} << 40)) {}
 
   void onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
     try {
@@ -81,7 +87,7 @@ struct CastAgent::Impl {
     wire::Bytes bytes = wire::toBytes(message);
     Targets targets = aroundLost(tree->rootChildren(), *tree);
     if (request.mode == CastMode::kBroadcast) {
-      for (std::size_t child : targets.live) proc_.sendRaw(agentOn(child), kCastMessageType, bytes);
+      broadcast(targets, {std::make_shared<const wire::Bytes>(std::move(bytes)), tree});
       return;
     }
     auto aggregation = makeAggregation(request.mode, message.reducer, targets.parts(),
@@ -130,7 +136,7 @@ struct CastAgent::Impl {
                    std::move(message.type), cast.seq};
 
     if (mode == CastMode::kBroadcast) {
-      for (std::size_t child : targets.live) proc_.sendRaw(agentOn(child), kCastMessageType, bytes);
+      broadcast(targets, {std::make_shared<const wire::Bytes>(std::move(bytes)), tree});
       proc_.deliverLocal(std::move(local), std::move(message.payload), nullptr);
       return;
     }
@@ -158,6 +164,34 @@ struct CastAgent::Impl {
                        [aggregation, here](Outcome&& outcome) {
                          aggregation->member(detail::entryFor(here, std::move(outcome)));
                        });
+  }
+
+  // A broadcast has no answers to tell a hop's loss by, so each one sent is
+  // kept in the child's window, and resent around the child once it is
+  // known lost (resendAround). Checked after sending: a child lost
+  // meanwhile, whose window was taken before this one went in, is resent
+  // here (a copy too many is dropped as a duplicate, ORD-1).
+  void broadcast(const Targets& targets, const ResendWindow::Sent& sent) {
+    for (std::size_t child : targets.live) {
+      window_.record(child, sent);
+      proc_.sendRaw(agentOn(child), kCastMessageType, *sent.bytes);
+      if (!proc_.alive(static_cast<Rank>(child))) resendAround(child);
+    }
+  }
+
+  // `lost` may have died before forwarding what it was sent: send the
+  // broadcasts of its window again to its children, adopted as aroundLost
+  // does (and recorded in their windows in turn), so members get at once
+  // what they would otherwise give up after the gap timeout (DLV-1).
+  void resendAround(std::size_t lost) {
+    if (stopping_) return;
+    std::vector<ResendWindow::Sent> window = window_.take(lost);
+    if (window.empty()) return;
+    log::get().info("rank {} lost: resending the last {} broadcasts sent to it to its children",
+                    lost, window.size());
+    for (const ResendWindow::Sent& sent : window) {
+      broadcast(aroundLost(sent.tree->children(lost), *sent.tree), sent);
+    }
   }
 
   void forward(const Targets& targets, const std::shared_ptr<const CastTree>& tree,
@@ -232,6 +266,8 @@ struct CastAgent::Impl {
 
   Proc& proc_;
   std::uint64_t agentId_;
+  ResendWindow window_;
+  std::atomic<bool> stopping_{false};  // links lost from here on are expected: resend nothing
   std::atomic<std::uint64_t> nextCastId_{1};
   std::mutex streamsMutex_;
   Streams rootStreams_;    // casts sent from here
@@ -246,6 +282,10 @@ CastAgent::~CastAgent() = default;
 void CastAgent::onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
   impl_->onMessage(std::move(envelope), std::move(bytes));
 }
+
+void CastAgent::peerLost(Rank peer) { impl_->resendAround(peer); }
+
+void CastAgent::stop() { impl_->stopping_ = true; }
 
 void CastAgent::castFrom(CastRequest request, std::function<void(CastResult&&)> done,
                          std::function<void(CastEntry&&)> onEntry) {

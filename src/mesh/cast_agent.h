@@ -3,7 +3,9 @@
 // casts from this proc, and forwards a cast it receives to its children
 // before handing it to its own actor, so a slow actor never delays the rest
 // of the tree; it answers its parent when its subtree is complete (DLV-1
-// via Aggregation). Thread-safe; never throws from onMessage.
+// via Aggregation). A broadcast has no answer: it keeps what it sent to each
+// child and resends that around the child when it is lost (resend_window.h).
+// Thread-safe; never throws from onMessage.
 #pragma once
 
 #include <functional>
@@ -25,6 +27,10 @@ class CastAgent {
   /// Sends a cast from the calling actor (cast.h).
   void castFrom(CastRequest request, std::function<void(CastResult&&)> done,
                 std::function<void(CastEntry&&)> onEntry);
+  /// Rank `peer` was lost: resends around it the broadcasts it was sent.
+  void peerLost(Rank peer);
+  /// The proc is stopping: resends nothing more.
+  void stop();
 
  private:
   struct Impl;

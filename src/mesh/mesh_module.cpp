@@ -34,6 +34,10 @@ void MeshModule::install(Proc& proc, SystemIds& ids) {
   hostMeshAgent(proc, meshAgent_, *this);
 }
 
+void MeshModule::stop() { caster_->stop(); }
+
+void MeshModule::peerLost(Rank peer, const std::string&) { caster_->peerLost(peer); }
+
 void MeshModule::actorStopped(std::uint64_t local) {
   std::lock_guard lock(pointsMutex_);
   points_.erase(local);

@@ -23,6 +23,8 @@ class MeshModule : public Proc::Module {
   static MeshModule& of(Proc& proc);
 
   void install(Proc& proc, SystemIds& ids) override;
+  void stop() override;
+  void peerLost(Rank peer, const std::string& reason) override;
   void actorStopped(std::uint64_t local) override;
 
   CastAgent& caster() { return *caster_; }

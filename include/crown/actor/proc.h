@@ -59,7 +59,8 @@ constexpr std::uint64_t kAgentLocalId = 1;
 /// from here up.
 constexpr std::uint64_t kFirstActorLocalId = 16;
 
-class MpiService;  // mpi_service.h
+class MpiService;     // mpi_service.h
+struct LostMessages;  // lost_messages.h
 
 class Proc {
  public:
@@ -155,6 +156,13 @@ class Proc {
   /// The same for actor `local` of `ranks` only: a stopped slice of a mesh,
   /// whose other members keep their ORD-1 order.
   void forgetDestination(std::uint64_t local, const std::vector<std::size_t>& ranks);
+
+  /// A member gave up waiting for messages sent from this rank (an ORD-1
+  /// gap given up: broadcasts lost with a cast hop, beyond what could be
+  /// resent). The report is logged at error level, then handed to `hook` on
+  /// a pool thread: the seam of supervision (Python's unhandled_fault_hook).
+  /// Empty: only logged. Any thread; replaces the hook set before.
+  void setLostMessagesHook(std::function<void(const LostMessages&)> hook);
 
   /// Stops the modules, lets running handlers finish, then flushes and
   /// closes the transport; requests still waiting fail.

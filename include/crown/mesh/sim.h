@@ -5,6 +5,7 @@
 // controller) as long as this is the process's first Proc.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -33,11 +34,17 @@ class SimulatedWorld {
   /// Virtual proc `rank` drops out, as a killed process would: every other
   /// proc learns it is lost, and nothing reaches it any more.
   void disconnect(Rank rank);
+  /// Virtual proc `rank` dies unnoticed, as a killed process does in the
+  /// moments before its peers see its links fail: from now on it handles
+  /// nothing, and frames to and from it vanish without an error, until
+  /// disconnect(rank) tells the others it is lost.
+  void silence(Rank rank);
 
  private:
   Shape shape_;
   std::shared_ptr<transport::IoPool> pool_;
   std::shared_ptr<transport::LocalHub> hub_;
+  std::shared_ptr<std::vector<std::atomic<bool>>> silenced_;
   std::vector<std::unique_ptr<Proc>> procs_;
 };
 

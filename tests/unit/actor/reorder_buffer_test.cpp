@@ -50,6 +50,8 @@ TEST(ReorderBuffer, GivingUpSkipsTheGapAndLateMessagesAreRefused) {
   auto first = buffer.giveUp(kAlice, kStart + kTimeout, kTimeout, out);
   EXPECT_EQ(out, (std::deque<int>{3}));
   EXPECT_EQ(first.skipped, 2u);  // 1 and 2
+  EXPECT_EQ(first.first, 1u);
+  EXPECT_EQ(first.last, 2u);
   EXPECT_EQ(first.next, kStart + 6s + kTimeout) << "5 waits 10 s from its own arrival";
   EXPECT_EQ(buffer.accept(kAlice, 1, one, out), Verdict::kLate);
   EXPECT_EQ(buffer.accept(kAlice, 4, four, out), Verdict::kInOrder);
@@ -87,6 +89,45 @@ TEST(ReorderBuffer, OneTimerPerSenderWhileHeld) {
   EXPECT_EQ(buffer.accept(kAlice, 4, four, out, kStart + 1s), Verdict::kHeld);
   auto result = buffer.giveUp(kAlice, kStart + kTimeout, kTimeout, out);
   EXPECT_EQ(result.next, kStart + 1s + kTimeout);
+}
+
+// Issue 10 part 3: a broadcast resent around a lost hop may have come
+// through that hop already. ORD-1 delivers it once: a number delivered or
+// held is a duplicate, while a number whose gap was given up stays late.
+TEST(ReorderBuffer, DuplicatesAreToldFromLateMessages) {
+  Buffer buffer;
+  std::deque<int> out;
+  int one = 1, again = 1, four = 4, fourAgain = 4, two = 2;
+  EXPECT_EQ(buffer.accept(kAlice, 1, one, out, kStart), Verdict::kInOrder);
+  EXPECT_EQ(buffer.accept(kAlice, 1, again, out, kStart), Verdict::kDuplicate);
+  EXPECT_EQ(buffer.accept(kAlice, 4, four, out, kStart), Verdict::kHeldFirst);
+  EXPECT_EQ(buffer.accept(kAlice, 4, fourAgain, out, kStart + 1s), Verdict::kDuplicate);
+  EXPECT_EQ(fourAgain, 4) << "a refused item is left as it was";
+  EXPECT_EQ(out, (std::deque<int>{1}));
+  auto result = buffer.giveUp(kAlice, kStart + kTimeout, kTimeout, out);  // 2 and 3 given up
+  EXPECT_EQ(result.skipped, 2u);
+  EXPECT_EQ(out, (std::deque<int>{1, 4}));
+  EXPECT_EQ(buffer.accept(kAlice, 2, two, out), Verdict::kLate);
+  EXPECT_EQ(buffer.accept(kAlice, 2, two, out), Verdict::kLate);
+  EXPECT_EQ(buffer.accept(kAlice, 4, fourAgain, out), Verdict::kDuplicate);
+  EXPECT_EQ(buffer.accept(kAlice, 1, again, out), Verdict::kDuplicate);
+  EXPECT_EQ(out, (std::deque<int>{1, 4})) << "nothing delivered twice";
+}
+
+// The given-up ranges kept per sender are bounded: after many gaps, the
+// oldest are forgotten (a number there reads as a duplicate, dropped).
+TEST(ReorderBuffer, GivenUpRangesStayBounded) {
+  Buffer buffer;
+  std::deque<int> out;
+  const std::uint64_t gaps = Buffer::kGivenUpRanges + 8;
+  for (std::uint64_t i = 1; i <= gaps; ++i) {
+    int item = 0;
+    buffer.accept(kAlice, 2 * i, item, out, kStart);  // 2i - 1 missing
+    EXPECT_EQ(buffer.giveUp(kAlice, kStart + kTimeout, kTimeout, out).skipped, 1u);
+  }
+  int item = 0;
+  EXPECT_EQ(buffer.accept(kAlice, 2 * gaps - 1, item, out), Verdict::kLate);
+  EXPECT_EQ(buffer.accept(kAlice, 1, item, out), Verdict::kDuplicate) << "forgotten";
 }
 
 }  // namespace

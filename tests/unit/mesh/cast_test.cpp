@@ -3,11 +3,15 @@
 // drop out. The same agents and routing code run on real ranks (tests/mpi).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "crown/actor/lost_messages.h"
 #include "crown/mesh/cast_tree.h"
 #include "crown/mesh/point.h"
 #include "crown/mesh/sim.h"
@@ -311,6 +315,128 @@ TEST(Cast, LaterCastsRouteAroundALostHop) {
   EXPECT_EQ(items, 64u);
   EXPECT_EQ(errors, 1u);
   unsetenv("CROWN_CAST_FANOUT");
+}
+
+// Issue 10 part 3 (ORD-1, DLV-1): a hop dies unnoticed in the middle of a
+// stream of broadcasts mixed with direct sends (k = 2), and its peers learn
+// of it 40 broadcasts later. Its parent resends what it had sent to it
+// around it, so every live member gets every broadcast exactly once and in
+// order, and at once: far inside the 10 s gap timeout that each missing
+// run waited before. The hop had forwarded most of the resent broadcasts
+// already: those reach its subtree twice and are dropped as duplicates.
+void killAHopMidStream(std::size_t hopDepth) {
+  setenv("CROWN_CAST_FANOUT", "2", 1);
+  setenv("CROWN_ORDER_GAP_TIMEOUT_MS", "10000", 1);
+  SimulatedWorld sim(15);
+  unsetenv("CROWN_CAST_FANOUT");
+  unsetenv("CROWN_ORDER_GAP_TIMEOUT_MS");
+  auto workers = sim.world().spawn<Worker>("worker");
+  mesh::CastTree tree(workers.shape().slice(), 2);
+  std::size_t hop = 0;
+  for (std::size_t rank = 1; rank < 15; ++rank)
+    if (tree.depth(rank) == hopDepth && tree.children(rank).size() == 2) hop = rank;
+  ASSERT_NE(hop, 0u);
+  std::vector<std::size_t> below = tree.subtree(hop);
+  below.erase(std::find(below.begin(), below.end(), hop));
+  ASSERT_GE(below.size(), 2u);
+  std::optional<std::size_t> parent;  // none: the sender itself
+  for (std::size_t rank = 0; rank < 15; ++rank) {
+    auto children = tree.children(rank);
+    if (std::find(children.begin(), children.end(), hop) != children.end()) parent = rank;
+  }
+
+  using Log = std::vector<std::pair<int, int>>;
+  std::map<std::size_t, std::vector<int>> expected;  // rank -> the note numbers it must get
+  int n = 0;
+  std::chrono::steady_clock::time_point noticed;
+  for (int i = 0; i < 200; ++i) {
+    if (i == 80) sim.silence(static_cast<Rank>(hop));
+    if (i == 120) {
+      // Once the parent has forwarded them (ORD-1: its actor has had them),
+      // the 40 broadcasts since the silence are lost with the hop.
+      if (parent) (void)workers.at("procs", *parent).call_one<Log>(Notes{}).get(5s);
+      sim.disconnect(static_cast<Rank>(hop));
+      noticed = std::chrono::steady_clock::now();
+    }
+    workers.broadcast(Note{0, n});
+    for (std::size_t rank = 0; rank < 15; ++rank) expected[rank].push_back(n);
+    ++n;
+    if (i % 3 == 0) {
+      std::size_t rank = below[i % below.size()];
+      workers.ref({{"procs", rank}}).send(Note{0, n});
+      expected[rank].push_back(n++);
+    }
+  }
+  auto logs = workers.call<Log>(Notes{}).get(5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - noticed, 2s) << "gaps waited for their timeout";
+  for (std::size_t rank = 0; rank < 15; ++rank) {
+    if (rank == hop) continue;
+    std::vector<int> got;
+    for (const auto& note : logs.at(rank)) got.push_back(note.second);
+    EXPECT_EQ(got, expected[rank]) << "rank " << rank << " (hop " << hop << ")";
+  }
+}
+
+TEST(Cast, BroadcastsLostWithAHopNextToTheSenderAreResentAtOnce) { killAHopMidStream(1); }
+
+TEST(Cast, BroadcastsLostWithADeeperHopAreResentAtOnce) { killAHopMidStream(2); }
+
+// What the resend window cannot cover is given up after the gap timeout,
+// and each member that gave it up reports the count to the sender's rank,
+// whose Proc hands it to its hook.
+TEST(Cast, BroadcastsBeyondTheResendWindowAreReportedWithTheirCount) {
+  setenv("CROWN_CAST_FANOUT", "2", 1);
+  setenv("CROWN_CAST_RESEND_WINDOW", "4", 1);
+  setenv("CROWN_ORDER_GAP_TIMEOUT_MS", "300", 1);
+  SimulatedWorld sim(15);
+  unsetenv("CROWN_CAST_FANOUT");
+  unsetenv("CROWN_CAST_RESEND_WINDOW");
+  unsetenv("CROWN_ORDER_GAP_TIMEOUT_MS");
+  std::mutex mutex;
+  std::vector<LostMessages> reports;
+  sim.proc(0).setLostMessagesHook([&](const LostMessages& lost) {
+    std::lock_guard lock(mutex);
+    reports.push_back(lost);
+  });
+  auto workers = sim.world().spawn<Worker>("worker");
+  mesh::CastTree tree(workers.shape().slice(), 2);
+  std::size_t hop = tree.rootChildren()[0] != 0 ? tree.rootChildren()[0] : tree.rootChildren()[1];
+  std::vector<std::size_t> below = tree.subtree(hop);
+  below.erase(std::find(below.begin(), below.end(), hop));
+  ASSERT_GE(below.size(), 2u);
+
+  using Log = std::vector<std::pair<int, int>>;
+  for (int i = 0; i < 2; ++i) workers.broadcast(Note{0, i});
+  (void)workers.call<Log>(Notes{}).get(5s);  // after the two, everywhere (ORD-1)
+  sim.silence(static_cast<Rank>(hop));
+  for (int i = 2; i < 12; ++i) workers.broadcast(Note{0, i});  // 10 lost, the last 4 kept
+  sim.disconnect(static_cast<Rank>(hop));
+
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(mutex);
+      if (reports.size() >= below.size()) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(100ms);  // no report more than one per member
+  std::lock_guard lock(mutex);
+  std::set<std::size_t> reporters;
+  for (const LostMessages& lost : reports) {
+    reporters.insert(lost.dest.rank);
+    EXPECT_EQ(lost.sender, (ActorId{0, 0}));
+    EXPECT_EQ(lost.dest.local, workers.localId());
+    EXPECT_EQ(lost.count, 6u);
+    EXPECT_EQ(lost.last - lost.first + 1, 6u) << "one run: notes 2 to 7";
+  }
+  EXPECT_EQ(reports.size(), below.size());
+  EXPECT_EQ(reporters, std::set<std::size_t>(below.begin(), below.end()));
+
+  auto logs = workers.call<Log>(Notes{}).get(5s);
+  for (std::size_t rank : below) {
+    EXPECT_EQ(logs.at(rank), (Log{{0, 0}, {0, 1}, {0, 8}, {0, 9}, {0, 10}, {0, 11}}));
+  }
 }
 
 TEST(Cast, ALostMemberMidCallGetsProcessLost) {
