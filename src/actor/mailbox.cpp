@@ -57,8 +57,10 @@ struct Mailboxes::Cell {
   bool claimDrain() { return !mailbox.empty() && !std::exchange(scheduled, true); }
 };
 
-Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply)
+Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply,
+                     FlowControl& flow)
     : proc_(proc),
+      flow_(flow),
       pool_(std::move(pool)),
       reply_(std::move(reply)),
       gapTimeout_(env::integer("CROWN_ORDER_GAP_TIMEOUT_MS", 10000, 1, 3600000)) {}
@@ -148,8 +150,15 @@ void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
   }
 }
 
+// A numbered message that has left the mailbox, handled or refused, frees
+// its place in the sender's window (FLO-1).
+void Mailboxes::consumed(const Envelope& envelope, std::size_t payloadBytes) {
+  if (envelope.seq != 0) flow_.handled(envelope.sender, envelope.dest, envelope.seq, payloadBytes);
+}
+
 void Mailboxes::refuse(Delivery& delivery, const RemoteFailure& failure) {
   const Envelope& envelope = delivery.envelope;
+  consumed(envelope, delivery.payload.size());
   if (envelope.kind != MessageKind::kRequest) {
     log::get().warn("dropped a {} message: {}", envelope.type, failure.message);
   } else if (delivery.complete) {
@@ -210,7 +219,9 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
       delivery = std::move(cell->mailbox.front());
       cell->mailbox.pop_front();
     }
+    std::size_t payloadBytes = delivery.payload.size();  // the handler may take the payload
     run(*cell->actor, delivery);
+    consumed(delivery.envelope, payloadBytes);
   }
   // Yield the thread to other actors; the drain stays counted in activeDrains_.
   pool_->post([this, cell] { drain(cell); });

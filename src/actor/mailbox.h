@@ -2,8 +2,9 @@
 // on the Proc's executor one message at a time (at most one thread runs an actor).
 // Numbered messages enter a mailbox in send order (ORD-1, through each
 // actor's ReorderBuffer); a gap that never fills is given up after
-// CROWN_ORDER_GAP_TIMEOUT_MS so nothing waits behind it (DLV-1).
-// Thread-safe.
+// CROWN_ORDER_GAP_TIMEOUT_MS so nothing waits behind it (DLV-1). Each
+// numbered message handled or refused is counted for its sender's flow
+// control (FLO-1, flow_control.h). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "actor/flow_control.h"
 #include "crown/actor/failure.h"
 #include "crown/actor/proc.h"
 
@@ -36,7 +38,7 @@ class Mailboxes {
   using ReplyFn = std::function<void(const wire::Envelope& request, wire::MessageKind kind,
                                      std::string type, wire::Payload payload)>;
 
-  Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply);
+  Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply, FlowControl& flow);
   ~Mailboxes();
 
   /// Hosts `actor` at `local`; throws ConfigError when the id is taken.
@@ -63,8 +65,10 @@ class Mailboxes {
                    std::chrono::steady_clock::duration delay);
   void drain(const std::shared_ptr<Cell>& cell);
   void run(Actor& actor, Delivery& delivery);
+  void consumed(const wire::Envelope& envelope, std::size_t payloadBytes);  // FLO-1
 
   Proc& proc_;
+  FlowControl& flow_;
   std::shared_ptr<Executor> pool_;
   ReplyFn reply_;
   std::chrono::milliseconds gapTimeout_;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "actor/flow_control.h"
 #include "actor/mailbox.h"
 #include "actor/proc_agent.h"
 #include "actor/request_table.h"
@@ -24,12 +25,13 @@ using wire::Envelope;
 using wire::MessageKind;
 
 std::atomic<Proc*> g_firstProc{nullptr};  // Proc::current() outside handlers
+
 }  // namespace
 
 std::uint64_t SystemIds::claim() {
   if (next_ >= kFirstActorLocalId) {
     throw ConfigError("the modules of this Proc claim more than the " +
-                      std::to_string(kFirstActorLocalId - kAgentLocalId - 1) + " system ids");
+                      std::to_string(kFirstActorLocalId - kFlowAgentLocalId - 1) + " system ids");
   }
   return next_++;
 }
@@ -39,6 +41,7 @@ struct Proc::Impl {
   std::unique_ptr<transport::Transport> transport;
   detail::SendSequencer sequencer;
   detail::RequestTable requests;
+  detail::FlowControl flow;
   detail::Mailboxes mailboxes;
   detail::Router router;
   std::vector<std::unique_ptr<Module>> owned;
@@ -54,16 +57,58 @@ struct Proc::Impl {
         transport(std::move(t)),
         sequencer(options.size),
         requests(options.size),
+        flow(
+            detail::FlowLimits::fromEnv(),
+            [this](const detail::Credit& credit) { toFlowAgent(credit.sender.rank, credit); },
+            [this](const detail::CreditRequest& ask) { toFlowAgent(ask.dest.rank, ask); },
+            [this](Rank rank) { return requests.alive(rank); }),
         mailboxes(proc, options.pool,
                   [this](const Envelope& request, MessageKind kind, std::string type,
                          wire::Payload payload) {
                     router.reply(request, kind, std::move(type), std::move(payload));
-                  }),
-        router(options.rank, options.size, *transport, requests, mailboxes, sequencer) {}
+                  },
+                  flow),
+        router(options.rank, options.size, *transport, requests, mailboxes) {}
 
   ActorId senderId() const {
     Actor* actor = detail::runningActor();
     return actor ? actor->id() : ActorId{options.rank, 0};
+  }
+
+  template <class Message>
+  void toFlowAgent(Rank rank, const Message& message) {
+    Envelope envelope{MessageKind::kOneWay, {options.rank, kFlowAgentLocalId},
+                      {rank, kFlowAgentLocalId}, 0, wire::messageName<Message>()};
+    router.route({std::move(envelope), wire::toBytes(message)});
+  }
+
+  // The flow agent's messages, on the thread that read them (never a
+  // mailbox: a pool whose threads all wait for credit must still take one).
+  void onFlowMessage(const Envelope& envelope, const wire::Bytes& payload) {
+    if (envelope.type == wire::messageName<detail::Credit>()) {
+      flow.credited(wire::fromBytes<detail::Credit>(payload));
+    } else if (envelope.type == wire::messageName<detail::CreditRequest>()) {
+      flow.requested(wire::fromBytes<detail::CreditRequest>(payload));
+    } else {
+      log::get().error("the flow agent takes no {}", envelope.type);
+    }
+  }
+
+  // Numbers a message to an actor for ORD-1, once its window has room
+  // (FLO-1); raw agents take theirs unnumbered and uncounted. An actor's
+  // message to itself from its own handler never waits: its mailbox cannot
+  // drain before the handler returns.
+  void admit(Envelope& envelope, std::size_t payloadBytes) {
+    if (router.isRawAgent(envelope.dest.local)) return;
+    waitForRoom(envelope.sender, envelope.dest, payloadBytes);
+    envelope.seq = sequencer.next(envelope.sender, envelope.dest);
+    flow.sent(envelope.sender, envelope.dest, envelope.seq, payloadBytes);
+  }
+
+  void waitForRoom(const ActorId& sender, const ActorId& dest, std::size_t payloadBytes) {
+    Actor* running = detail::runningActor();
+    if (running != nullptr && running->id() == dest) return;
+    flow.waitForRoom(sender, dest, payloadBytes);
   }
 
   std::exception_ptr lostError(Proc& proc, Rank rank, const std::string& reason) const {
@@ -95,6 +140,7 @@ struct Proc::Impl {
     log::get().debug("link to rank {} lost: {}", peer, reason);
     auto error = lostError(proc, peer, reason);
     for (auto& complete : requests.markLost(peer)) complete(Outcome{error, {}, {}});
+    flow.peerLost(peer);
     for (Module* module : modules) module->peerLost(peer, reason);
   }
 };
@@ -109,6 +155,9 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
                            *this, [impl](const LostMessages& lost) { impl->onLostMessages(lost); }),
                        kAgentLocalId, "proc-agent");
   SystemIds ids;
+  impl->router.setRawAgent(kFlowAgentLocalId, [impl](Envelope&& envelope, wire::Bytes&& payload) {
+    impl->onFlowMessage(envelope, payload);
+  });
   for (const ModuleFactory& factory : impl_->options.modules) {
     impl_->owned.push_back(factory());
     impl_->modules.push_back(impl_->owned.back().get());
@@ -195,7 +244,7 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payl
     return id;
   }
   Envelope envelope{MessageKind::kRequest, impl_->senderId(), dest, id, std::move(type)};
-  impl_->router.numberForOrder(envelope);
+  impl_->admit(envelope, payload.size());
   impl_->router.route({std::move(envelope), std::move(payload)});
   return id;
 }
@@ -203,7 +252,7 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payl
 void Proc::sendRaw(const ActorId& dest, std::string type, wire::Payload payload) {
   checkSendable(dest.rank, payload.size());
   Envelope envelope{MessageKind::kOneWay, impl_->senderId(), dest, 0, std::move(type)};
-  impl_->router.numberForOrder(envelope);
+  impl_->admit(envelope, payload.size());
   impl_->router.route({std::move(envelope), std::move(payload)});
 }
 
@@ -230,8 +279,16 @@ void Proc::replyFailure(const wire::Envelope& request, std::exception_ptr error)
 ActorId Proc::currentSender() const { return impl_->senderId(); }
 
 std::vector<std::uint64_t> Proc::reserveSeqs(const ActorId& sender, std::uint64_t destLocal,
-                                             const std::vector<std::size_t>& ranks) {
-  return impl_->sequencer.next(sender, destLocal, ranks);
+                                             const std::vector<std::size_t>& ranks,
+                                             std::size_t payloadBytes) {
+  for (std::size_t rank : ranks) {
+    impl_->waitForRoom(sender, {static_cast<Rank>(rank), destLocal}, payloadBytes);
+  }
+  std::vector<std::uint64_t> seqs = impl_->sequencer.next(sender, destLocal, ranks);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    impl_->flow.sent(sender, {static_cast<Rank>(ranks[i]), destLocal}, seqs[i], payloadBytes);
+  }
+  return seqs;
 }
 
 void Proc::cancelRequest(std::uint64_t requestId) { impl_->requests.cancel(requestId); }
@@ -255,13 +312,18 @@ void Proc::stopLocal(std::uint64_t local) {
   CROWN_CHECK(local != kAgentLocalId, "the proc agent cannot be stopped");
   if (!impl_->mailboxes.remove(local)) return;
   impl_->sequencer.forgetSender({impl_->options.rank, local});
+  impl_->flow.forgetActor({impl_->options.rank, local});
   for (Module* module : impl_->modules) module->actorStopped(local);
 }
 
-void Proc::forgetDestination(std::uint64_t local) { impl_->sequencer.forgetDestination(local); }
+void Proc::forgetDestination(std::uint64_t local) {
+  impl_->sequencer.forgetDestination(local);
+  impl_->flow.forgetDestination(local);
+}
 
 void Proc::forgetDestination(std::uint64_t local, const std::vector<std::size_t>& ranks) {
   impl_->sequencer.forgetDestination(local, ranks);
+  impl_->flow.forgetDestination(local, &ranks);
 }
 
 void Proc::setLostMessagesHook(std::function<void(const LostMessages&)> hook) {

@@ -12,11 +12,6 @@ void Router::setRawAgent(std::uint64_t local, Proc::RawHandler handler) {
   rawAgents_[local] = std::move(handler);
 }
 
-void Router::numberForOrder(Envelope& envelope) {
-  if (!rawAgents_.count(envelope.dest.local))
-    envelope.seq = sequencer_.next(envelope.sender, envelope.dest);
-}
-
 void Router::route(transport::OutMessage message) {
   Rank to = message.envelope.dest.rank;
   if (to == rank_) {

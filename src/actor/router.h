@@ -2,7 +2,7 @@
 // agent when the destination is this rank, else to the transport. In: a
 // reply ends its request (RequestTable), a message to a raw agent runs it
 // on the delivering thread, any other goes to its actor's mailbox. Messages
-// to actors are numbered for ORD-1 here; raw agents take theirs unnumbered.
+// to actors are numbered for ORD-1 by the Proc; raw agents take theirs unnumbered.
 // Thread-safe once started (the raw agents are fixed by then).
 #pragma once
 
@@ -11,7 +11,6 @@
 
 #include "actor/mailbox.h"
 #include "actor/request_table.h"
-#include "actor/send_sequencer.h"
 #include "crown/transport/transport.h"
 #include "crown/wire/frame.h"
 
@@ -20,18 +19,17 @@ namespace crown::detail {
 class Router {
  public:
   Router(Rank rank, Rank size, transport::Transport& transport, RequestTable& requests,
-         Mailboxes& mailboxes, SendSequencer& sequencer)
+         Mailboxes& mailboxes)
       : rank_(rank),
         size_(size),
         transport_(transport),
         requests_(requests),
-        mailboxes_(mailboxes),
-        sequencer_(sequencer) {}
+        mailboxes_(mailboxes) {}
 
   /// Before the transport starts.
   void setRawAgent(std::uint64_t local, Proc::RawHandler handler);
-  /// ORD-1: the envelope's position from its sender to its destination.
-  void numberForOrder(wire::Envelope& envelope);
+  /// Raw agents take their messages unnumbered (ORD-1 is for actors).
+  bool isRawAgent(std::uint64_t local) const { return rawAgents_.count(local) > 0; }
   void route(transport::OutMessage message);
   /// A pool thread that read it (fromNetwork), or the sender's thread (local).
   void deliver(wire::Envelope&& envelope, wire::Bytes&& payload, bool fromNetwork);
@@ -55,7 +53,6 @@ class Router {
   transport::Transport& transport_;
   RequestTable& requests_;
   Mailboxes& mailboxes_;
-  SendSequencer& sequencer_;
   std::unordered_map<std::uint64_t, Proc::RawHandler> rawAgents_;
   wire::FrameLimits limits_ = wire::FrameLimits::fromEnv();
 };

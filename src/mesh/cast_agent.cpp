@@ -74,12 +74,14 @@ struct CastAgent::Impl {
     }
     auto tree = std::make_shared<const CastTree>(request.slice, request.fanout);
     ActorId origin = proc_.currentSender();
+    std::vector<std::uint64_t> seqs =
+        proc_.reserveSeqs(origin, request.destLocal, members, request.payload.size());
     CastMessage message{origin,
                         nextCastId_.fetch_add(1),
                         std::move(request.slice),
                         static_cast<std::uint32_t>(request.fanout),
                         request.destLocal,
-                        detail::encodeRuns(proc_.reserveSeqs(origin, request.destLocal, members)),
+                        detail::encodeRuns(seqs),
                         static_cast<std::uint8_t>(request.mode),
                         std::move(request.reducer),
                         std::move(request.type),

@@ -19,7 +19,7 @@
 
 namespace crown {
 
-/// Hands out a Proc's system actor ids (between kAgentLocalId and
+/// Hands out a Proc's system actor ids (between kFlowAgentLocalId and
 /// kFirstActorLocalId) to its modules, in install order. Install thread only.
 class SystemIds {
  public:
@@ -27,7 +27,7 @@ class SystemIds {
   std::uint64_t claim();
 
  private:
-  std::uint64_t next_ = kAgentLocalId + 1;
+  std::uint64_t next_ = kFlowAgentLocalId + 1;
 };
 
 class Proc::Module {

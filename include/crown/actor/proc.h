@@ -54,7 +54,9 @@ void completeFuture(FutureState<R>& state, Outcome&& outcome) {
 }  // namespace detail
 
 constexpr std::uint64_t kAgentLocalId = 1;
-/// Local ids below this are the system agents' (the proc agent, and those
+/// The raw agent that takes flow control's credits (FLO-1), on every Proc.
+constexpr std::uint64_t kFlowAgentLocalId = 2;
+/// Local ids below this are the system agents' (the proc agent, the flow agent, and those
 /// the modules claim through SystemIds); actors spawned one by one get ids
 /// from here up.
 constexpr std::uint64_t kFirstActorLocalId = 16;
@@ -180,9 +182,12 @@ class Proc {
   ActorId currentSender() const;
   /// ORD-1 positions of the next messages from sender to actor destLocal of
   /// each rank; a cast reserves them and carries them to its members (for
-  /// many ranks at once the counters are kept as one vector by rank).
+  /// many ranks at once the counters are kept as one vector by rank). Waits
+  /// first until every member's window has room for `payloadBytes` (FLO-1):
+  /// the slowest member paces the sender.
   std::vector<std::uint64_t> reserveSeqs(const ActorId& sender, std::uint64_t destLocal,
-                                         const std::vector<std::size_t>& ranks);
+                                         const std::vector<std::size_t>& ranks,
+                                         std::size_t payloadBytes);
 
   /// FLO-1: throws MessageTooLarge when `payloadBytes` to rank `to` would be
   /// over CROWN_MAX_FRAME_BYTES. Layers that number messages themselves

@@ -110,8 +110,8 @@ TEST_F(ModuleTest, EachProcOwnsItsModulesWhichClaimTheSameIdsEverywhere) {
   }
   EXPECT_NE(first[0], first[1]);  // one instance per Proc: state is never shared
   auto* second = dynamic_cast<Recorder*>(procs_[2]->modules()[1]);
-  EXPECT_EQ(first[2]->agent, kAgentLocalId + 1);
-  EXPECT_EQ(second->agent, kAgentLocalId + 2);
+  EXPECT_EQ(first[2]->agent, kFlowAgentLocalId + 1);  // the first id the kernel does not keep
+  EXPECT_EQ(second->agent, kFlowAgentLocalId + 2);
   for (Recorder* module : first) EXPECT_EQ(module->agent, first[0]->agent);
   // A peer's agent is reached by the id the local module claimed.
   EXPECT_EQ(procs_[0]->request<int>({2, first[0]->agent}, Echo{40}).get(5s), 42);
