@@ -275,7 +275,7 @@ void AsioBackend::noteLastWords(Rank peer, std::string words) {
   if (peer < lastWords_.size()) lastWords_[peer] = std::move(words);
 }
 
-std::string AsioBackend::lastWordsNote(Rank peer, LinkError::Kind kind) {
+std::string AsioBackend::lastWordsNote(Rank peer, bool sayIfNone) {
   {
     std::lock_guard lock(mutex_);
     if (peer < lastWords_.size() && !lastWords_[peer].empty()) {
@@ -283,8 +283,8 @@ std::string AsioBackend::lastWordsNote(Rank peer, LinkError::Kind kind) {
     }
   }
   // A process that dies any other way than SIGKILL or _exit says how
-  // (bootstrap/departure.h); a silent peer after a timeout may still live.
-  if (kind != LinkError::Kind::kClosed && kind != LinkError::Kind::kReset) return "";
+  // (bootstrap/departure.h).
+  if (!sayIfNone) return "";
   return " (it left no last words: killed by SIGKILL, the OOM killer?, or it called _exit)";
 }
 

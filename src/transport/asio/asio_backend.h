@@ -65,9 +65,9 @@ class AsioBackend final : public Backend {
   void authenticationEnded(const std::string& source);
   /// `peer` said how it is dying (a departing notice, link.cpp).
   void noteLastWords(Rank peer, std::string words);
-  /// For a link to `peer` lost with `kind`: "; its last words: killed by
-  /// SIGSEGV", or, when a connection broke without them, that it left none.
-  std::string lastWordsNote(Rank peer, LinkError::Kind kind);
+  /// For a link to `peer` that was lost: "; its last words: killed by
+  /// SIGSEGV", or with `sayIfNone` (its connection broke), that it left none.
+  std::string lastWordsNote(Rank peer, bool sayIfNone);
 
  private:
   asio::awaitable<void> acceptLoop();

@@ -259,7 +259,12 @@ void Link::wrote(std::size_t bytes) {
 void Link::fail(const LinkError& givenError) {
   LinkError error = givenError;
   if (error.peerLost()) {
-    error.message += backend_.lastWordsNote(peer_, error.kind) + backend_.suspensionNote();
+    // Silence after a timeout says nothing of how a peer went, and a link
+    // that closes as this process wakes from a suspension was most likely
+    // closed by a peer that had given it up.
+    std::string suspended = backend_.suspensionNote();
+    bool broke = (error.kind == Kind::kClosed || error.kind == Kind::kReset) && suspended.empty();
+    error.message += backend_.lastWordsNote(peer_, broke) + suspended;
   }
   std::deque<QueuedFrame> lost;
   std::unordered_set<std::uint64_t> inFlight;
