@@ -268,6 +268,15 @@ void AsioBackend::reportPeerLost(Rank peer, const LinkError& error) {
   if (callbacks_.onPeerLost) callbacks_.onPeerLost(peer, error);
 }
 
+void AsioBackend::answered(Rank peer, std::uint64_t id) {
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard lock(mutex_);
+    if (peer < sendLinks_.size()) link = sendLinks_[peer];
+  }
+  if (link) link->answered(id);
+}
+
 void AsioBackend::noteLastWords(Rank peer, std::string words) {
   constexpr std::size_t kMaxLastWords = 512;  // a peer's text, kept for its loss report
   if (words.size() > kMaxLastWords) words.resize(kMaxLastWords);

@@ -63,6 +63,9 @@ class AsioBackend final : public Backend {
   std::string suspensionNote() const;
   /// A server link from `source` finished its handshake, either way.
   void authenticationEnded(const std::string& source);
+  /// An answer to request `id` came from `peer` on a link other than the
+  /// one the request went out on (each side writes on its own send link).
+  void answered(Rank peer, std::uint64_t id);
   /// `peer` said how it is dying (a departing notice, link.cpp).
   void noteLastWords(Rank peer, std::string words);
   /// For a link to `peer` that was lost: "; its last words: killed by

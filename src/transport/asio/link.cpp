@@ -347,6 +347,11 @@ bool Link::idle() {
   return state_ == State::kDead || state_ == State::kIdle || (queue_.empty() && !writing_);
 }
 
+bool Link::answered(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  return inFlight_.erase(id) > 0;
+}
+
 void Link::close() {
   {
     std::lock_guard lock(mutex_);
@@ -440,9 +445,9 @@ asio::awaitable<void> Link::readFrames() {
           if (onNotice(frame->envelope.type, frame->payload)) co_return;
           continue;
         }
-        if (kind == wire::MessageKind::kReply || kind == wire::MessageKind::kFailure) {
-          std::lock_guard lock(mutex_);
-          inFlight_.erase(frame->envelope.requestId);
+        if ((kind == wire::MessageKind::kReply || kind == wire::MessageKind::kFailure) &&
+            !answered(frame->envelope.requestId)) {
+          backend_.answered(peer_, frame->envelope.requestId);
         }
         backend_.callbacks().onMessage(peer_, std::move(frame->envelope),
                                        std::move(frame->payload));

@@ -58,6 +58,8 @@ class Link : public std::enable_shared_from_this<Link> {
   void sendNotice(std::string_view type, const std::string& text);
   /// Nothing queued or being written (for stop()).
   bool idle();
+  /// The answer to request `id` came back; false when it was not sent here.
+  bool answered(std::uint64_t id);
   void close();  // on the strand
   Strand& strand() { return strand_; }
 
@@ -122,8 +124,9 @@ class Link : public std::enable_shared_from_this<Link> {
   std::optional<LinkError> error_;  // why it died (kDead)
   bool writing_ = false;
   std::deque<QueuedFrame> queue_;
-  // Requests sent on this link whose answers have not come back on it: a
-  // link closed over a bad frame fails these, not every request to the peer.
+  // Requests sent on this link whose answers have not come back (on it, or
+  // on the peer's own send link): a link closed over a bad frame fails
+  // these, not every request to the peer.
   std::unordered_set<std::uint64_t> inFlight_;
   std::optional<FrameSealer> sealer_;  // under mutex_; none under FabricSecurity::kAuth
   std::optional<FrameOpener> opener_;  // the reading coroutine's
