@@ -19,6 +19,23 @@ class Sleeper(Actor):
         return os.getpid()
 
     @endpoint
+    def fork_a_child_that_dies(self):
+        # The child inherits crown's fatal-signal handlers (and the pipe to
+        # this process's notice thread); it must not speak for this process
+        # (src/bootstrap/departure.cpp).
+        child = os.fork()
+        if child == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(1)
+        for _ in range(500):
+            if os.waitpid(child, os.WNOHANG)[0] == child:
+                return True
+            time.sleep(0.01)
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        return False
+
+    @endpoint
     def nap(self, seconds):
         time.sleep(seconds)
         return current_rank().rank
@@ -28,6 +45,7 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     sleepers = crown.world().spawn("sleeper", Sleeper)
     victim = sleepers.slice(procs=2)
     pid = victim.pid.call_one().get(timeout=10)
+    assert victim.fork_a_child_that_dies.call_one().get(timeout=20)
     pending = victim.nap.call_one(60)
     time.sleep(0.3)
     os.kill(pid, signal.SIGKILL)

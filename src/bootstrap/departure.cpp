@@ -22,9 +22,10 @@ constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTE
 constexpr auto kLastWordsBound = 1000ms;
 
 transport::Transport* g_fabric = nullptr;
+pid_t g_pid = 0;  // a forked child inherits the hooks, and must not speak on its parent's links
 std::function<bool()> g_orderly;
 int g_pipe[2] = {-1, -1};
-std::atomic<bool> g_spoken{false};  // the notice thread is done, either way
+std::atomic<bool> g_spoken{false};                // the notice thread is done, either way
 std::atomic_flag g_departing = ATOMIC_FLAG_INIT;  // the first death speaks; the rest do not wait
 struct sigaction g_previous[NSIG];
 
@@ -35,8 +36,8 @@ void say(const std::string& words) {
 std::string signalWords(int signal) {
   const char* name = sigabbrev_np(signal);
   const char* what = sigdescr_np(signal);
-  return std::string("killed by ") + (name ? std::string("SIG") + name : "signal " + std::to_string(signal)) +
-         (what ? std::string(" (") + what + ")" : "");
+  std::string words = name ? std::string("SIG") + name : "signal " + std::to_string(signal);
+  return "killed by " + words + (what ? std::string(" (") + what + ")" : "");
 }
 
 // Blocks the fatal signals that arrive from outside (kill, raise), so that
@@ -59,10 +60,11 @@ void noticeThread() {
 // Async-signal-safe: write, nanosleep, sigaction, raise.
 void onFatalSignal(int signal) {
   int saved = errno;
-  if (!g_departing.test_and_set()) {
+  if (::getpid() == g_pid && !g_departing.test_and_set()) {
     ssize_t written = ::write(g_pipe[1], &signal, sizeof signal);
     constexpr auto kStep = 1ms;
-    for (auto waited = 0ms; written == sizeof signal && !g_spoken && waited < kLastWordsBound + 100ms;
+    for (auto waited = 0ms;
+         written == sizeof signal && !g_spoken && waited < kLastWordsBound + 100ms;
          waited += kStep) {
       timespec step{0, std::chrono::nanoseconds(kStep).count()};
       ::nanosleep(&step, nullptr);
@@ -75,7 +77,7 @@ void onFatalSignal(int signal) {
 }
 
 void onExit(int code, void*) {
-  if (g_departing.test_and_set()) return;  // a signal handler is speaking already
+  if (::getpid() != g_pid || g_departing.test_and_set()) return;  // or a signal handler speaks
   say("exited with code " + std::to_string(code));
 }
 
@@ -85,6 +87,7 @@ void installLastWords(transport::Transport& fabric, std::function<bool()> orderl
   if (g_fabric != nullptr) return;
   if (::pipe2(g_pipe, O_CLOEXEC) != 0) return;  // no last words, and no harm done
   g_fabric = &fabric;
+  g_pid = ::getpid();
   g_orderly = std::move(orderly);
   std::thread(noticeThread).detach();
   ::on_exit(onExit, nullptr);
@@ -92,7 +95,16 @@ void installLastWords(transport::Transport& fabric, std::function<bool()> orderl
   action.sa_handler = onFatalSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_ONSTACK;
-  for (int signal : kFatalSignals) ::sigaction(signal, &action, &g_previous[signal]);
+  for (int signal : kFatalSignals) {
+    struct sigaction& previous = g_previous[signal];
+    ::sigaction(signal, nullptr, &previous);
+    bool handled = (previous.sa_flags & SA_SIGINFO) || previous.sa_handler != SIG_DFL;
+    // An ignored signal stays ignored, and a program's own SIGTERM handler
+    // may well not exit: only a death is announced. The handlers of faults
+    // (Open MPI's, faulthandler's) report and die, so they are chained.
+    if (previous.sa_handler == SIG_IGN || (signal == SIGTERM && handled)) continue;
+    ::sigaction(signal, &action, nullptr);
+  }
 }
 
 }  // namespace crown::detail

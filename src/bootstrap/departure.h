@@ -13,6 +13,9 @@
 // notice thread is stuck behind the dying thread's locks, the wait ends and
 // the death is only silent. SIGKILL (the OOM killer) and _exit (Python's
 // os._exit) run no code at all: peers then say the rank left no last words.
+// A forked child inherits the hooks (and the pipe) but says nothing: the
+// links are its parent's. An ignored signal stays ignored, and a SIGTERM
+// the program handles itself is left to it, since it need not exit.
 #pragma once
 
 #include <functional>

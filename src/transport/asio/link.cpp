@@ -488,7 +488,8 @@ asio::awaitable<void> Link::closeAfterNotice(const std::string& why) {
   });
   std::array<char, 4096> sink;
   do {
-    co_await socket_.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+    co_await socket_.async_read_some(asio::buffer(sink),
+                                     asio::redirect_error(asio::use_awaitable, ec));
   } while (!ec);
   timer.cancel();
   fail({Kind::kBadFrame, "link closed after a bad frame: " + why});

@@ -40,7 +40,8 @@ TEST(BadFrameNotice, TheSenderFailsOnlyItsRequestsOnThatLinkAndLosesNobody) {
   a.transport->start({a.transport->address(), onPath.address()}, a.callbacks());
   b.transport->start({a.transport->address(), b.transport->address()}, b.callbacks());
   a.transport->send(1, request(7, "first"));
-  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; })) << "the link never carried a frame";
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }))
+      << "the link never carried a frame";
   a.transport->send(1, request(8, kMarker));
   ASSERT_TRUE(a.waitFor([&] { return a.failures.size() >= 1; }))
       << "the requests in flight on the closed link never failed";
