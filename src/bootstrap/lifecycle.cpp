@@ -40,7 +40,7 @@ void Lifecycle::install(Proc& proc, SystemIds& ids) {
 }
 
 void Lifecycle::startWatchdog() {
-  if (proc_->rank() != 0 && controllerTimeout_.count() > 0) {
+  if (proc_->rank() != 0 && controllerTimeout_.count() > 0 && !watchdog_.joinable()) {
     watchdog_ = std::thread([this] { watchController(); });
   }
 }
