@@ -2,6 +2,7 @@
 the caller gets SupervisionError naming the rank and host, the controller
 keeps running, and calls to the surviving actors still work."""
 
+import ctypes
 import os
 import signal
 import time
@@ -18,6 +19,23 @@ class Sleeper(Actor):
         return os.getpid()
 
     @endpoint
+    def fork_a_child_that_dies(self):
+        # The child inherits crown's fatal-signal handlers (and the pipe to
+        # this process's notice thread); it must not speak for this process
+        # (src/bootstrap/departure.cpp).
+        child = os.fork()
+        if child == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(1)
+        for _ in range(500):
+            if os.waitpid(child, os.WNOHANG)[0] == child:
+                return True
+            time.sleep(0.01)
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        return False
+
+    @endpoint
     def nap(self, seconds):
         time.sleep(seconds)
         return current_rank().rank
@@ -27,6 +45,7 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     sleepers = crown.world().spawn("sleeper", Sleeper)
     victim = sleepers.slice(procs=2)
     pid = victim.pid.call_one().get(timeout=10)
+    assert victim.fork_a_child_that_dies.call_one().get(timeout=20)
     pending = victim.nap.call_one(60)
     time.sleep(0.3)
     os.kill(pid, signal.SIGKILL)
@@ -36,8 +55,43 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     assert time.monotonic() - start < 5
     assert raised.value.rank == 2
     assert raised.value.host
+    # SIGKILL runs no code: the loss says that nothing was said (issue 10).
+    assert "no last words" in str(raised.value), str(raised.value)
     replies = sleepers.nap.call(0).get(timeout=20)
     assert [rank for rank, _ in replies.errors()] == [2]
     assert isinstance(replies.errors()[0][1], SupervisionError)
     for rank in (0, 1, 3):
         assert sleepers.slice(procs=rank).nap.call_one(0).get(timeout=10) == rank
+
+
+# Issue 10: the loss names how the process went, from the departing rank's
+# last words (src/bootstrap/departure.h). Run after the test above, on the
+# ranks it left alive (1 and 3); a spawn on one rank each.
+class Quitter(Actor):
+    @endpoint
+    def exit_in_c(self, code):
+        ctypes.CDLL(None).exit(code)  # as a C or Fortran library would: exit() runs its hooks
+
+    @endpoint
+    def signal_self(self, number):
+        os.kill(os.getpid(), number)
+        time.sleep(30)
+
+
+def _loss_of(call):
+    with pytest.raises(SupervisionError) as raised:
+        call.get(timeout=20)
+    return str(raised.value)
+
+
+def test_a_process_that_calls_exit_says_its_code():
+    quitters = crown.world().slice(procs=1).spawn("quitter1", Quitter)
+    loss = _loss_of(quitters.exit_in_c.call_one(3))
+    assert "rank 1" in loss and "exited with code 3" in loss, loss
+
+
+def test_a_process_killed_by_a_signal_names_it():
+    quitters = crown.world().slice(procs=3).spawn("quitter3", Quitter)
+    loss = _loss_of(quitters.signal_self.call_one(signal.SIGSEGV))
+    assert "rank 3" in loss and "killed by SIGSEGV" in loss, loss
+    assert crown.world().slice(procs=0).spawn("last", Sleeper).nap.call_one(0).get(timeout=10) == 0

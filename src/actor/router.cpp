@@ -36,7 +36,8 @@ void Router::deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwor
     case MessageKind::kFailure:
       requests_.answer(std::move(envelope), std::move(payload));
       return;
-    case MessageKind::kHeartbeat:  // consumed by the transport; never reaches here
+    case MessageKind::kHeartbeat:  // consumed by the transport; never reach here
+    case MessageKind::kNotice:
       return;
     case MessageKind::kRequest:
     case MessageKind::kOneWay:

@@ -1,6 +1,8 @@
 #include "bootstrap/lifecycle.h"
 
 #include "crown/actor/actor.h"
+#include "crown/actor/agent.h"
+#include "crown/common/env.h"
 #include "crown/common/log.h"
 
 namespace crown::detail {
@@ -18,8 +20,12 @@ class ShutdownAgent : public Actor {
 }  // namespace
 
 Proc::ModuleFactory Lifecycle::factory(std::shared_ptr<MpiService> mpi) {
-  return [mpi] { return std::make_unique<Lifecycle>(mpi); };
+  auto timeout = env::millis("CROWN_CONTROLLER_TIMEOUT_MS", std::chrono::milliseconds(30000),
+                             std::chrono::milliseconds(0));
+  return [mpi, timeout] { return std::make_unique<Lifecycle>(mpi, timeout); };
 }
+
+Lifecycle::~Lifecycle() { stop(); }
 
 Lifecycle& Lifecycle::of(Proc& proc) {
   auto* module = proc.findModule<Lifecycle>();
@@ -33,9 +39,53 @@ void Lifecycle::install(Proc& proc, SystemIds& ids) {
   proc.spawnLocalAt(agent_, std::make_unique<ShutdownAgent>(*this), "shutdown-agent");
 }
 
+void Lifecycle::startWatchdog() {
+  if (proc_->rank() != 0 && controllerTimeout_.count() > 0 && !watchdog_.joinable()) {
+    watchdog_ = std::thread([this] { watchController(); });
+  }
+}
+
 void Lifecycle::stop() {
-  std::lock_guard lock(mutex_);
-  if (!code_) code_ = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (!code_) code_ = 0;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
+}
+
+// One ping in flight at a time; a ping that fails at once (a link closed
+// over a bad frame) is sent again a second later, and only a controller
+// silent for the whole bound ends this rank. A lost controller ends it
+// sooner, through peerLost.
+void Lifecycle::watchController() {
+  using Clock = std::chrono::steady_clock;
+  auto heard = Clock::now();
+  Future<Rank> ping;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      if (cv_.wait_for(lock, std::chrono::seconds(1), [this] { return code_.has_value(); })) return;
+    }
+    if (ping.valid() && ping.isReady()) {
+      try {
+        ping.get();
+        heard = Clock::now();
+      } catch (const std::exception&) {
+      }
+      ping = {};
+    }
+    auto silence = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - heard);
+    if (silence > controllerTimeout_) {
+      log::get().error("the controller (rank 0) has not answered this rank for {} ms "
+                       "(CROWN_CONTROLLER_TIMEOUT_MS): it is gone or has given this rank up; "
+                       "exiting (SHT-1)",
+                       silence.count());
+      requestShutdown(1, /*ranksLost=*/true);  // no barrier: the controller will not come
+      return;
+    }
+    if (!ping.valid()) ping = proc_->request<Rank>({0, kAgentLocalId}, agent::Ping{});
+  }
 }
 
 void Lifecycle::peerLost(Rank peer, const std::string& reason) {
@@ -60,6 +110,11 @@ void Lifecycle::requestShutdown(int code, bool ranksLost) {
     if (ranksLost) unexpectedLoss_ = true;
   }
   cv_.notify_all();
+}
+
+bool Lifecycle::shuttingDown() {
+  std::lock_guard lock(mutex_);
+  return code_.has_value();
 }
 
 int Lifecycle::waitForShutdown() {

@@ -4,14 +4,23 @@
 // it remembers whether a rank was lost before shutdown began, for
 // Runtime::finish's "skip MPI_Finalize after a loss" rule. A rank lost
 // before shutdown is also abandoned by the MPI service, so that MPI
-// operations waiting on it fail instead of hanging (DLV-1). Thread-safe.
+// operations waiting on it fail instead of hanging (DLV-1).
+//
+// SHT-1 also covers a worker that the controller took for lost while it
+// lives on (stopped past the heartbeat bound, its link closed over a bad
+// frame): no Shutdown comes to it, and with no open link it would never hear
+// the controller go. So every worker pings the controller once a second from
+// a watchdog thread, and one that hears no answer for
+// CROWN_CONTROLLER_TIMEOUT_MS shuts itself down with 1. Thread-safe.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "crown/actor/module.h"
 #include "crown/actor/mpi_service.h"
@@ -34,7 +43,11 @@ class Lifecycle : public Proc::Module {
  public:
   /// `mpi`: the service whose operations with a lost rank fail (null: none).
   static Proc::ModuleFactory factory(std::shared_ptr<MpiService> mpi);
-  explicit Lifecycle(std::shared_ptr<MpiService> mpi) : mpi_(std::move(mpi)) {}
+  /// `controllerTimeout`: a worker that hears nothing from the controller
+  /// for this long exits (0: never).
+  Lifecycle(std::shared_ptr<MpiService> mpi, std::chrono::milliseconds controllerTimeout)
+      : mpi_(std::move(mpi)), controllerTimeout_(controllerTimeout) {}
+  ~Lifecycle() override;
   /// The lifecycle module of `proc`; throws crown::Error when it has none.
   static Lifecycle& of(Proc& proc);
 
@@ -51,11 +64,20 @@ class Lifecycle : public Proc::Module {
   /// True when a rank was lost before shutdown began, here or (as the
   /// controller said) elsewhere.
   bool ranksLost() const { return unexpectedLoss_; }
+  /// True once requestShutdown (or stop) has run: an exit is expected now.
+  bool shuttingDown();
+  /// A worker that begins to serve (after bootstrap: the controller is up)
+  /// starts its watchdog of the controller.
+  void startWatchdog();
   /// Blocks until requestShutdown; returns its code.
   int waitForShutdown();
 
  private:
+  void watchController();  // the watchdog thread's loop
+
   std::shared_ptr<MpiService> mpi_;
+  std::chrono::milliseconds controllerTimeout_;
+  std::thread watchdog_;
   Proc* proc_ = nullptr;
   std::uint64_t agent_ = 0;
   std::mutex mutex_;

@@ -39,7 +39,9 @@ void shutDownWorkers(Proc& proc, int code) {
 
 int serveUntilShutdown(Runtime& runtime) {
   Proc& proc = runtime.proc();
-  int code = detail::Lifecycle::of(proc).waitForShutdown();
+  auto& lifecycle = detail::Lifecycle::of(proc);
+  lifecycle.startWatchdog();
+  int code = lifecycle.waitForShutdown();
   if (code != 0 && !proc.alive(0)) log::get().error("the controller (rank 0) was lost; exiting");
   runtime.finish(code);
   return code;

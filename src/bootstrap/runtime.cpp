@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "bootstrap/departure.h"
 #include "bootstrap/lifecycle.h"
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
@@ -258,8 +259,11 @@ Runtime& Runtime::init(int* argc, char*** argv) {
                             /*stopsPool=*/true,
                             {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule()},
                             self.mpi_->service};
+  transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as self
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;
+  auto& lifecycle = detail::Lifecycle::of(*self.proc_);
+  detail::installLastWords(links, [&lifecycle] { return lifecycle.shuttingDown(); });
 
   std::string verdict = topo.rank == 0 ? pingEveryRank(*self.proc_, topo) : "";
   self.onMpiThread([&] { broadcastText(verdict, self.mpi_->comm); });

@@ -1,5 +1,6 @@
 // The routing transport: one Transport over several backends, each peer
 // routed to the first backend (in order of preference) that reaches it.
+#include <algorithm>
 #include <mutex>
 
 #include "crown/common/log.h"
@@ -82,6 +83,15 @@ class RoutingTransport final : public Transport {
                         std::to_string(to) + " at the address it gave"};
     callbacks_.onSendFailed(to, std::move(message), error);
     reportLost(to, error);
+  }
+
+  void depart(const std::string& lastWords, std::chrono::milliseconds bound) override {
+    auto deadline = std::chrono::steady_clock::now() + bound;
+    for (auto& backend : backends_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      backend->depart(lastWords, std::max(left, std::chrono::milliseconds(0)));
+    }
   }
 
   void stop(std::chrono::milliseconds flushTimeout) override {

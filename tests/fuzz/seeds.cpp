@@ -116,6 +116,7 @@ void writeFrames(const fs::path& root) {
   std::vector frames{frame(MessageKind::kRequest, "crown::CastMessage", cast),
                      frame(MessageKind::kReply, "crown::CastResult", ""),
                      frame(MessageKind::kHeartbeat, "", ""),
+                     frame(MessageKind::kNotice, "bad-frame", "a frame failed its integrity check"),
                      frame(MessageKind::kOneWay, "tests.Large", std::string(5000, 'x')),
                      frame(MessageKind::kFailure, "crown::RemoteFailure", "failure")};
   for (std::uint8_t mode = 0; mode < 3; ++mode) {  // auth, integrity, encrypt

@@ -59,6 +59,14 @@ class Transport {
   virtual void send(Rank to, OutMessage message) = 0;
   /// Flushes what is queued (for at most `flushTimeout`), then closes every link.
   virtual void stop(std::chrono::milliseconds flushTimeout) = 0;
+  /// This process is dying (an exit, a fatal signal): tells every peer with
+  /// an open link how (`lastWords`, "killed by SIGSEGV"), waiting at most
+  /// `bound` for the notices to be written. A peer then names the cause when
+  /// it reports this rank lost. Any thread but a link's; best effort.
+  virtual void depart(const std::string& lastWords, std::chrono::milliseconds bound) {
+    (void)lastWords;
+    (void)bound;
+  }
 };
 
 /// One way of reaching peers, under a routing transport.

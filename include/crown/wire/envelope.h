@@ -32,7 +32,16 @@ enum class MessageKind : std::uint8_t {
   kReply = 2,    ///< payload is the handler's result
   kFailure = 3,  ///< payload is a RemoteFailure
   kHeartbeat = 4,  ///< a link's sign of life; the transport consumes it
+  /// A link's last word before it closes, consumed by the transport: `type`
+  /// says which (kNoticeBadFrame, kNoticeDeparting), the payload says why.
+  kNotice = 5,
 };
+
+/// The far side refused a frame from this side and closes the link: the
+/// peer lives on (a protocol error is not a lost process).
+inline constexpr std::string_view kNoticeBadFrame = "bad-frame";
+/// The far side's process is dying (an exit or a fatal signal) and says how.
+inline constexpr std::string_view kNoticeDeparting = "departing";
 
 struct Envelope {
   MessageKind kind = MessageKind::kOneWay;

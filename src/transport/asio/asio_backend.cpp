@@ -136,6 +136,7 @@ void AsioBackend::start(std::vector<std::string> peers, TransportCallbacks callb
   callbacks_ = std::move(callbacks);
   sendLinks_.resize(options_.size);
   lost_.assign(options_.size, false);
+  lastWords_.resize(options_.size);
   asio::co_spawn(acceptStrand_, acceptLoop(), asio::detached);
   started_ = true;
   if (ownsPool_) pool_->start();
@@ -265,6 +266,50 @@ void AsioBackend::reportPeerLost(Rank peer, const LinkError& error) {
     lost_[peer] = true;
   }
   if (callbacks_.onPeerLost) callbacks_.onPeerLost(peer, error);
+}
+
+void AsioBackend::answered(Rank peer, std::uint64_t id) {
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard lock(mutex_);
+    if (peer < sendLinks_.size()) link = sendLinks_[peer];
+  }
+  if (link) link->answered(id);
+}
+
+void AsioBackend::noteLastWords(Rank peer, std::string words) {
+  constexpr std::size_t kMaxLastWords = 512;  // a peer's text, kept for its loss report
+  if (words.size() > kMaxLastWords) words.resize(kMaxLastWords);
+  std::lock_guard lock(mutex_);
+  if (peer < lastWords_.size()) lastWords_[peer] = std::move(words);
+}
+
+std::string AsioBackend::lastWordsNote(Rank peer, bool sayIfNone) {
+  {
+    std::lock_guard lock(mutex_);
+    if (peer < lastWords_.size() && !lastWords_[peer].empty()) {
+      return "; its last words: " + lastWords_[peer];
+    }
+  }
+  // A process that dies any other way than SIGKILL or _exit says how
+  // (bootstrap/departure.h).
+  if (!sayIfNone) return "";
+  return " (it left no last words: killed by SIGKILL, the OOM killer?, or it called _exit)";
+}
+
+void AsioBackend::depart(const std::string& lastWords, std::chrono::milliseconds bound) {
+  if (stopping_ || !started_) return;
+  std::vector<std::shared_ptr<Link>> links;
+  {
+    std::lock_guard lock(mutex_);
+    links.assign(links_.begin(), links_.end());
+  }
+  for (auto& link : links) link->sendNotice(wire::kNoticeDeparting, lastWords);
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !std::all_of(links.begin(), links.end(), [](auto& link) { return link->idle(); })) {
+    std::this_thread::sleep_for(1ms);
+  }
 }
 
 void AsioBackend::forget(const std::shared_ptr<Link>& link, bool dropSendLink) {

@@ -40,6 +40,7 @@ class AsioBackend final : public Backend {
   void start(std::vector<std::string> peers, TransportCallbacks callbacks) override;
   void send(Rank to, OutMessage message) override;
   void stop(std::chrono::milliseconds flushTimeout) override;
+  void depart(const std::string& lastWords, std::chrono::milliseconds bound) override;
 
   // For the links.
   asio::io_context& io();
@@ -62,6 +63,14 @@ class AsioBackend final : public Backend {
   std::string suspensionNote() const;
   /// A server link from `source` finished its handshake, either way.
   void authenticationEnded(const std::string& source);
+  /// An answer to request `id` came from `peer` on a link other than the
+  /// one the request went out on (each side writes on its own send link).
+  void answered(Rank peer, std::uint64_t id);
+  /// `peer` said how it is dying (a departing notice, link.cpp).
+  void noteLastWords(Rank peer, std::string words);
+  /// For a link to `peer` that was lost: "; its last words: killed by
+  /// SIGSEGV", or with `sayIfNone` (its connection broke), that it left none.
+  std::string lastWordsNote(Rank peer, bool sayIfNone);
 
  private:
   asio::awaitable<void> acceptLoop();
@@ -84,9 +93,10 @@ class AsioBackend final : public Backend {
   std::atomic<std::int64_t> suspensionEnded_{0};  // steady_clock ticks
   std::atomic<std::int64_t> suspensionMs_{0};
 
-  std::mutex mutex_;                              // guards sendLinks_, lost_, links_
+  std::mutex mutex_;  // guards sendLinks_, lost_, lastWords_, links_
   std::vector<std::shared_ptr<Link>> sendLinks_;  // by peer rank
   std::vector<bool> lost_;
+  std::vector<std::string> lastWords_;  // by peer rank: what its departing notice said
   std::set<std::shared_ptr<Link>> links_;  // every open link, for stop()
   // Connections accepted but not yet authenticated, by source address (the
   // peer's IP; all local sockets are one source): bounded per source and

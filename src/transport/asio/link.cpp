@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -124,6 +125,9 @@ void Link::send(OutMessage message) {
   frame.head = wire::encodeFrameHead(message.envelope, message.payload.size());
   frame.message = std::move(message);
   std::unique_lock lock(mutex_);
+  if (frame.message.envelope.kind == wire::MessageKind::kRequest && state_ != State::kDead) {
+    inFlight_.insert(frame.message.envelope.requestId);
+  }
   switch (state_) {
     case State::kDead: {
       LinkError error = error_.value_or(LinkError{Kind::kClosed, "link is closed"});
@@ -248,18 +252,29 @@ void Link::wrote(std::size_t bytes) {
 }
 
 // Hands queued frames back and closes the link. When error.peerLost() the
-// connection itself broke, which is how a dead process shows; a bad frame
-// closes only this link (SEC-1), and the next send to that peer opens a new one.
+// connection itself broke, which is how a dead process shows (named by its
+// last words when it sent them); a bad frame closes only this link (SEC-1),
+// fails the requests that were in flight on it (DLV-1: their answers would
+// have come back on it), and the next send to that peer opens a new one.
 void Link::fail(const LinkError& givenError) {
   LinkError error = givenError;
-  if (error.peerLost()) error.message += backend_.suspensionNote();
+  if (error.peerLost()) {
+    // Silence after a timeout says nothing of how a peer went, and a link
+    // that closes as this process wakes from a suspension was most likely
+    // closed by a peer that had given it up.
+    std::string suspended = backend_.suspensionNote();
+    bool broke = (error.kind == Kind::kClosed || error.kind == Kind::kReset) && suspended.empty();
+    error.message += backend_.lastWordsNote(peer_, broke) + suspended;
+  }
   std::deque<QueuedFrame> lost;
+  std::unordered_set<std::uint64_t> inFlight;
   {
     std::lock_guard lock(mutex_);
     if (state_ == State::kDead) return;
     state_ = State::kDead;
     error_ = error;
     lost.swap(queue_);
+    inFlight.swap(inFlight_);
   }
   asio::post(strand_, [self = shared_from_this()] {
     boost::system::error_code ignored;
@@ -267,7 +282,19 @@ void Link::fail(const LinkError& givenError) {
     self->socket_.close(ignored);
   });
   backend_.forget(shared_from_this(), !error.peerLost());
-  for (auto& frame : lost) backend_.callbacks().onSendFailed(peer_, std::move(frame.message), error);
+  for (auto& frame : lost) {
+    if (frame.message.envelope.kind == wire::MessageKind::kRequest) {
+      inFlight.erase(frame.message.envelope.requestId);  // handed back whole, below
+    }
+    backend_.callbacks().onSendFailed(peer_, std::move(frame.message), error);
+  }
+  if (!error.peerLost()) {  // a lost peer's requests all fail through onPeerLost
+    Rank rank = backend_.options().rank;
+    for (std::uint64_t id : inFlight) {
+      OutMessage written{{wire::MessageKind::kRequest, {rank, 0}, {peer_, 0}, id, ""}, {}};
+      backend_.callbacks().onSendFailed(peer_, std::move(written), error);
+    }
+  }
   if (error.peerLost() && !backend_.stopping()) backend_.reportPeerLost(peer_, error);
 }
 
@@ -318,6 +345,11 @@ void Link::sealNextChunk(QueuedFrame& frame) {
 bool Link::idle() {
   std::lock_guard lock(mutex_);
   return state_ == State::kDead || state_ == State::kIdle || (queue_.empty() && !writing_);
+}
+
+bool Link::answered(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  return inFlight_.erase(id) > 0;
 }
 
 void Link::close() {
@@ -374,8 +406,31 @@ void Link::scheduleHeartbeat() {
   });
 }
 
+void Link::sendNotice(std::string_view type, const std::string& text) {
+  {
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kReady) return;
+  }
+  Rank rank = backend_.options().rank;
+  send({{wire::MessageKind::kNotice, {rank, 0}, {peer_, 0}, 0, std::string(type)}, text});
+}
+
+bool Link::onNotice(const std::string& type, const std::string& text) {
+  if (type == wire::kNoticeDeparting) {
+    backend_.noteLastWords(peer_, text);
+    return false;
+  }
+  if (type == wire::kNoticeBadFrame) {
+    fail({Kind::kBadFrame, "rank " + std::to_string(peer_) +
+                               " refused a frame from this rank and closed the link: " + text});
+    return true;
+  }
+  return false;  // a notice of a later version: nothing to do here
+}
+
 asio::awaitable<void> Link::readFrames() {
   FrameReader reader(backend_.options().limits, opener_ ? &*opener_ : nullptr);
+  std::string refused;
   try {
     for (;;) {
       auto space = reader.space();
@@ -384,7 +439,16 @@ asio::awaitable<void> Link::readFrames() {
       reader.commit(n);
       lastHeard_ = std::chrono::steady_clock::now().time_since_epoch().count();
       while (auto frame = reader.next()) {
-        if (frame->envelope.kind == wire::MessageKind::kHeartbeat) continue;
+        auto kind = frame->envelope.kind;
+        if (kind == wire::MessageKind::kHeartbeat) continue;
+        if (kind == wire::MessageKind::kNotice) {
+          if (onNotice(frame->envelope.type, frame->payload)) co_return;
+          continue;
+        }
+        if ((kind == wire::MessageKind::kReply || kind == wire::MessageKind::kFailure) &&
+            !answered(frame->envelope.requestId)) {
+          backend_.answered(peer_, frame->envelope.requestId);
+        }
         backend_.callbacks().onMessage(peer_, std::move(frame->envelope),
                                        std::move(frame->payload));
       }
@@ -392,10 +456,43 @@ asio::awaitable<void> Link::readFrames() {
   } catch (const ProtocolError& e) {
     // SEC-1: a bad frame closes this link and nothing else.
     log::get().error("closing link with rank {} ({}): {}", peer_, remote_, e.what());
-    fail({Kind::kBadFrame, std::string("link closed after a bad frame: ") + e.what()});
+    refused = e.what();
   } catch (const boost::system::system_error& e) {
     fail(connectionError(e.code(), "connection lost"));
+    co_return;
   }
+  co_await closeAfterNotice(refused);
+}
+
+// The peer would otherwise see only the connection close and take this rank
+// for dead. The notice goes after what is queued (the peer reads those
+// normally); then this side half-closes and reads what the peer still sends
+// until it closes too: closing with unread bytes would reset the connection,
+// and the reset could beat the notice.
+asio::awaitable<void> Link::closeAfterNotice(const std::string& why) {
+  constexpr auto kNoticeBound = 1s;  // for each of the two waits
+  backend_.forget(shared_from_this(), true);  // from now on, sends open a new link
+  sendNotice(wire::kNoticeBadFrame, why);
+  asio::steady_timer timer(strand_);
+  boost::system::error_code ec;
+  auto deadline = std::chrono::steady_clock::now() + kNoticeBound;
+  while (!idle() && std::chrono::steady_clock::now() < deadline) {
+    timer.expires_after(1ms);
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  socket_.shutdown(asio::socket_base::shutdown_send, ec);
+  timer.expires_after(kNoticeBound);
+  timer.async_wait([self = shared_from_this()](boost::system::error_code error) {
+    boost::system::error_code ignored;
+    if (!error) self->socket_.cancel(ignored);
+  });
+  std::array<char, 4096> sink;
+  do {
+    co_await socket_.async_read_some(asio::buffer(sink),
+                                     asio::redirect_error(asio::use_awaitable, ec));
+  } while (!ec);
+  timer.cancel();
+  fail({Kind::kBadFrame, "link closed after a bad frame: " + why});
 }
 
 }  // namespace crown::transport

@@ -21,6 +21,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
+#include <unordered_set>
 
 #include "crown/transport/handshake.h"
 #include "transport/asio/asio_backend.h"
@@ -51,8 +53,13 @@ class Link : public std::enable_shared_from_this<Link> {
 
   void startServer();
   void send(OutMessage message);  // any thread
+  /// Queues a notice (wire::MessageKind::kNotice) of `type` saying `text`,
+  /// when the link is ready; any thread.
+  void sendNotice(std::string_view type, const std::string& text);
   /// Nothing queued or being written (for stop()).
   bool idle();
+  /// The answer to request `id` came back; false when it was not sent here.
+  bool answered(std::uint64_t id);
   void close();  // on the strand
   Strand& strand() { return strand_; }
 
@@ -87,6 +94,11 @@ class Link : public std::enable_shared_from_this<Link> {
   asio::awaitable<void> connectUntilGreeted(std::array<std::uint8_t, kHelloBytes>& hello,
                                             const bool& expired);
   asio::awaitable<void> readFrames();
+  /// A frame from the peer broke the protocol: tell the peer why, let that
+  /// reach it, then close. Only this link; the peer lives on (SEC-1).
+  asio::awaitable<void> closeAfterNotice(const std::string& why);
+  /// Handles a notice the peer sent; true when it closed the link.
+  bool onNotice(const std::string& type, const std::string& text);
   /// Sends heartbeats while the link is quiet and fails it when the peer is.
   void startHeartbeats();  // on the strand
   void scheduleHeartbeat();
@@ -112,6 +124,10 @@ class Link : public std::enable_shared_from_this<Link> {
   std::optional<LinkError> error_;  // why it died (kDead)
   bool writing_ = false;
   std::deque<QueuedFrame> queue_;
+  // Requests sent on this link whose answers have not come back (on it, or
+  // on the peer's own send link): a link closed over a bad frame fails
+  // these, not every request to the peer.
+  std::unordered_set<std::uint64_t> inFlight_;
   std::optional<FrameSealer> sealer_;  // under mutex_; none under FabricSecurity::kAuth
   std::optional<FrameOpener> opener_;  // the reading coroutine's
   std::chrono::steady_clock::time_point lastSend_{};
