@@ -63,6 +63,7 @@ void recordResult(int code) {
 }  // namespace
 
 void finishController(Runtime& runtime, int code) {
+  if (runtime.finishing()) return;  // shut down already (crown.shutdown called twice)
   recordResult(code);
   Proc& proc = runtime.proc();
   detail::Lifecycle::of(proc).requestShutdown(code);  // from here on, links closing are expected

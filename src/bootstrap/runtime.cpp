@@ -278,6 +278,10 @@ Runtime& Runtime::init(int* argc, char*** argv) {
 bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }
 
 void Runtime::finish(int code) {
+  if (finishing_.exchange(true)) {
+    log::get().debug("shutdown: already under way");
+    return;
+  }
   auto timeout = env::millis("CROWN_SHUTDOWN_TIMEOUT_MS", 30s);
   // SHT-1: no process is left behind, even when a peer or MPI hangs.
   std::thread([timeout, code] {

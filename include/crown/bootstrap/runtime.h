@@ -6,6 +6,7 @@
 // operations through Proc::mpi() (crown/actor/mpi_service.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -55,7 +56,11 @@ class Runtime {
 
   /// Stops actors, flushes links, finalises MPI if crown initialised it. Bounded:
   /// past CROWN_SHUTDOWN_TIMEOUT_MS (default 30000) the process exits with `code`.
+  /// Once: a second call (a program that shuts down twice) returns at once,
+  /// since MPI cannot be finalised twice.
   void finish(int code);
+  /// finish() has begun.
+  bool finishing() const { return finishing_.load(); }
 
   ~Runtime();
 
@@ -67,6 +72,7 @@ class Runtime {
   Topology topology_;
   transport::Addresses addresses_;
   std::unique_ptr<Proc> proc_;
+  std::atomic<bool> finishing_{false};
 };
 
 }  // namespace crown

@@ -77,7 +77,8 @@ AsioBackend::AsioBackend(Kind kind, const AsioOptions& options)
       acceptStrand_(asio::make_strand(IoPoolAccess::io(*pool_))),
       acceptor_(acceptStrand_),
       maxUnauthenticated_(unauthenticatedBound()),
-      maxUnauthenticatedPerSource_(std::max<std::size_t>(64, maxUnauthenticated_ / 4)) {
+      maxUnauthenticatedPerSource_(
+          std::min(maxUnauthenticated_, std::max<std::size_t>(64, maxUnauthenticated_ / 4))) {
   GenericEndpoint endpoint;
   std::string where;
   try {
