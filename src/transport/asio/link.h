@@ -37,6 +37,8 @@ struct LinkFailure : std::runtime_error {
 };
 
 bool isTcp(Socket& socket);
+/// A broken connection as a LinkError: the peer closed it, or it broke.
+LinkError connectionError(const boost::system::error_code& ec, const std::string& what);
 /// Out of descriptors, buffers or memory in this process: a local problem,
 /// to wait out, never a sign that the peer died.
 bool isLocalShortage(const boost::system::error_code& ec);
