@@ -6,7 +6,7 @@
 include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
 
-set(crown_libraries crown_common crown_wire crown_transport crown_actor crown_mesh
+set(crown_libraries crown_common crown_wire crown_transport crown_actor crown_mesh crown_tensor
                     crown_bootstrap crown)
 install(TARGETS ${crown_libraries} EXPORT CrownTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -1,6 +1,7 @@
 // The MPI service's typed operations (each one nonblocking MPI call, polled
 // by the loop in mpi_service.cpp) and its communicators: the world, and
-// those along a mesh dimension (commAlong), made once and cached.
+// those over mesh dimensions (commOver), made once and cached.
+#include <algorithm>
 #include <climits>
 #include <numeric>
 
@@ -184,6 +185,61 @@ Future<void> MpiService::barrier(Comm comm) {
       nullptr);
 }
 
+Future<void> MpiService::allgather(Comm comm, const void* send, void* recv,
+                                   std::size_t bytesEach) {
+  int count = 0;
+  try {
+    count = mpiCount(bytesEach, "MPI_Iallgather");
+  } catch (...) {
+    return Future<void>::failed(std::current_exception());
+  }
+  return enqueue<void>(
+      "MPI_Iallgather", Kind::collective, comm, std::nullopt,
+      [=](MPI_Comm mpiComm, MPI_Request& request) {
+        CROWN_CHECK_MPI(
+            MPI_Iallgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, mpiComm, &request));
+      },
+      nullptr);
+}
+
+Future<void> MpiService::reduceScatter(Comm comm, const void* send, void* recv,
+                                       std::size_t countEach, DType type, ReduceOp op) {
+  int n = 0;
+  MPI_Datatype mpiDtype;
+  MPI_Op mpiReduce;
+  try {
+    n = mpiCount(countEach, "MPI_Ireduce_scatter_block");
+    mpiDtype = mpiType(type);
+    mpiReduce = mpiOp(op);
+  } catch (...) {
+    return Future<void>::failed(std::current_exception());
+  }
+  return enqueue<void>(
+      "MPI_Ireduce_scatter_block", Kind::collective, comm, std::nullopt,
+      [=](MPI_Comm mpiComm, MPI_Request& request) {
+        CROWN_CHECK_MPI(
+            MPI_Ireduce_scatter_block(send, recv, n, mpiDtype, mpiReduce, mpiComm, &request));
+      },
+      nullptr);
+}
+
+Future<void> MpiService::alltoall(Comm comm, const void* send, void* recv,
+                                  std::size_t bytesEach) {
+  int count = 0;
+  try {
+    count = mpiCount(bytesEach, "MPI_Ialltoall");
+  } catch (...) {
+    return Future<void>::failed(std::current_exception());
+  }
+  return enqueue<void>(
+      "MPI_Ialltoall", Kind::collective, comm, std::nullopt,
+      [=](MPI_Comm mpiComm, MPI_Request& request) {
+        CROWN_CHECK_MPI(
+            MPI_Ialltoall(send, count, MPI_BYTE, recv, count, MPI_BYTE, mpiComm, &request));
+      },
+      nullptr);
+}
+
 void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts) {
   call([&] {
     // Errors come back as codes, so the async path can fail one future
@@ -201,8 +257,9 @@ void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts) {
   });
 }
 
-Comm MpiService::commAlong(const std::vector<std::size_t>& sizes, std::size_t dim) {
-  auto key = std::make_pair(sizes, dim);
+Comm MpiService::commOver(const std::vector<std::size_t>& sizes,
+                          const std::vector<std::size_t>& dims) {
+  auto key = std::make_pair(sizes, dims);
   std::size_t worldSize = 0;
   Rank worldRank = 0;
   {
@@ -213,19 +270,31 @@ Comm MpiService::commAlong(const std::vector<std::size_t>& sizes, std::size_t di
   }
   std::size_t product =
       std::accumulate(sizes.begin(), sizes.end(), std::size_t{1}, std::multiplies<>());
-  if (dim >= sizes.size() || product != worldSize) {
-    throw ConfigError("commAlong: dimension " + std::to_string(dim) + " of a mesh of " +
+  bool increasing = !dims.empty() && std::is_sorted(dims.begin(), dims.end()) &&
+                    std::adjacent_find(dims.begin(), dims.end()) == dims.end();
+  if (!increasing || dims.back() >= sizes.size() || product != worldSize) {
+    std::string list;
+    for (std::size_t d : dims) list += (list.empty() ? "" : ",") + std::to_string(d);
+    throw ConfigError("commOver: dimensions {" + list + "} of a mesh of " +
                       std::to_string(sizes.size()) + " dimensions holding " +
                       std::to_string(product) + " ranks, where the world has " +
-                      std::to_string(worldSize));
+                      std::to_string(worldSize) + " (dimensions must be distinct and increasing)");
   }
   // Row-major: the last dimension varies fastest. The communicator's
-  // members share every coordinate but `dim` (the colour: this rank's index
-  // with coordinate `dim` zeroed) and are ordered by it (the key).
-  std::size_t stride = 1;
-  for (std::size_t d = dim + 1; d < sizes.size(); ++d) stride *= sizes[d];
-  std::size_t coordinate = (worldRank / stride) % sizes[dim];
-  int colour = static_cast<int>(worldRank - coordinate * stride);
+  // members share every coordinate outside `dims` (the colour: this rank's
+  // index with its coordinates in `dims` zeroed) and are ordered by their
+  // coordinates in `dims`, row-major among themselves (the key).
+  std::vector<std::size_t> coords(sizes.size());
+  for (std::size_t d = sizes.size(), rest = worldRank; d-- > 0; rest /= sizes[d])
+    coords[d] = rest % sizes[d];
+  std::size_t colourIndex = 0, keyIndex = 0;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    bool inside = std::find(dims.begin(), dims.end(), d) != dims.end();
+    colourIndex = colourIndex * sizes[d] + (inside ? 0 : coords[d]);
+    if (inside) keyIndex = keyIndex * sizes[d] + coords[d];
+  }
+  int colour = static_cast<int>(colourIndex);
+  std::size_t coordinate = keyIndex;
   Comm made;
   call([&] {
     // Only the service thread adds to along_, one closure at a time, so a

@@ -36,7 +36,7 @@ class MpiService final : public crown::MpiService {
   /// After bootstrap, on the service thread: `world` becomes Comm::world()
   /// (the service does not own it) and `hosts` name the ranks in ProcessLost.
   void adoptWorld(MPI_Comm world, std::vector<std::string> hosts);
-  /// Fails what is still pending, frees the communicators made by commAlong,
+  /// Fails what is still pending, frees the communicators made by commOver,
   /// then runs `step` (MPI_Finalize) on the service thread; later operations
   /// fail at once. Rethrows what `step` throws.
   void finalize(std::function<void()> step);
@@ -49,7 +49,12 @@ class MpiService final : public crown::MpiService {
   Future<void> allreduce(Comm comm, void* data, std::size_t count, DType type,
                          ReduceOp op) override;
   Future<void> barrier(Comm comm) override;
-  Comm commAlong(const std::vector<std::size_t>& sizes, std::size_t dim) override;
+  Future<void> allgather(Comm comm, const void* send, void* recv, std::size_t bytesEach) override;
+  Future<void> reduceScatter(Comm comm, const void* send, void* recv, std::size_t countEach,
+                             DType type, ReduceOp op) override;
+  Future<void> alltoall(Comm comm, const void* send, void* recv, std::size_t bytesEach) override;
+  Comm commOver(const std::vector<std::size_t>& sizes,
+                const std::vector<std::size_t>& dims) override;
   Rank commRank(Comm comm) const override;
   std::vector<Rank> commMembers(Comm comm) const override;
   const void* nativeComm(Comm comm) const override;
@@ -116,7 +121,7 @@ class MpiService final : public crown::MpiService {
   std::map<Rank, std::string> lost_;  // abandoned peers and why
   std::deque<CommInfo> comms_;        // by Comm id; [0] is the world once adopted (a deque:
                                       // nativeComm's pointers stay valid as it grows)
-  std::map<std::pair<std::vector<std::size_t>, std::size_t>, Comm> along_;
+  std::map<std::pair<std::vector<std::size_t>, std::vector<std::size_t>>, Comm> along_;
   std::vector<std::string> hosts_;
   std::uint64_t nextId_ = 1;
   bool finalized_ = false;

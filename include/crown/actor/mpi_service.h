@@ -76,7 +76,7 @@ class MpiService {
   using Start = std::function<Poll()>;
 
   struct Stats {
-    std::uint64_t splits = 0;     ///< MPI_Comm_split calls made by commAlong
+    std::uint64_t splits = 0;     ///< MPI_Comm_split calls made by commOver
     std::uint64_t completed = 0;  ///< operations whose future got its value
     std::uint64_t failed = 0;     ///< operations failed by the service (not bad arguments)
     std::size_t pending = 0;      ///< operations submitted and not yet finished by the service
@@ -126,6 +126,19 @@ class MpiService {
                                  ReduceOp op) = 0;
   /// MPI_Ibarrier over `comm`.
   virtual Future<void> barrier(Comm comm) = 0;
+  /// MPI_Iallgather: `bytesEach` bytes from every member's `send`, by rank
+  /// in `comm`, into `recv` (members x bytesEach bytes).
+  virtual Future<void> allgather(Comm comm, const void* send, void* recv,
+                                 std::size_t bytesEach) = 0;
+  /// MPI_Ireduce_scatter_block: `send` holds one block of `countEach`
+  /// elements per member; member r gets block r reduced over every member in
+  /// `recv` (countEach elements).
+  virtual Future<void> reduceScatter(Comm comm, const void* send, void* recv,
+                                     std::size_t countEach, DType type, ReduceOp op) = 0;
+  /// MPI_Ialltoall: block r of `send` (bytesEach bytes) goes to member r;
+  /// block s of `recv` comes from member s.
+  virtual Future<void> alltoall(Comm comm, const void* send, void* recv,
+                                std::size_t bytesEach) = 0;
 
   /// The communicator along dimension `dim` of a row-major mesh of `sizes`
   /// over the world ranks (their product must be the world size): the ranks
@@ -136,7 +149,15 @@ class MpiService {
   /// must make its first request for each (sizes, dim) in the same order,
   /// and the service thread waits in it until they all have, so make the
   /// communicators at setup (when a mesh is made), not while a peer may be lost.
-  virtual Comm commAlong(const std::vector<std::size_t>& sizes, std::size_t dim) = 0;
+  virtual Comm commAlong(const std::vector<std::size_t>& sizes, std::size_t dim) {
+    return commOver(sizes, {dim});
+  }
+  /// The communicator over several dimensions `dims` (increasing) of the
+  /// same mesh: the ranks whose coordinates differ from this rank's in
+  /// `dims` only, ordered row-major by their coordinates in `dims`. The
+  /// same rules as commAlong: made once per (sizes, dims), collectively.
+  virtual Comm commOver(const std::vector<std::size_t>& sizes,
+                        const std::vector<std::size_t>& dims) = 0;
   /// This rank's rank in `comm`.
   virtual Rank commRank(Comm comm) const = 0;
   /// The world ranks of `comm`'s members, by their rank in `comm`.

@@ -1,0 +1,169 @@
+// The commands a controller sends to the tensor engine on every proc of a
+// mesh, batched into one cast (CommandBatch), and the requests that read the
+// engine's state back (FetchShard, Sync). Refs are ids the controller gives
+// out: each names one tensor on every proc (each proc its own shard). Plain
+// values, serialized with Boost.Serialization; any thread.
+#pragma once
+
+#include <boost/serialization/split_member.hpp>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "crown/tensor/local_tensor.h"
+#include "crown/wire/serialize.h"
+
+namespace crown::tensor {
+
+using RefId = std::uint64_t;
+
+/// Runs the kernel registered as `kernel` (kernel.h) on `inputs` and defines
+/// `results` with what it returns. What a kernel reads besides its inputs
+/// (shapes, scalars, an encoded op for front-end kernels) travels in
+/// dtype, ints, reals and blob.
+struct Call {
+  std::string kernel;
+  std::vector<RefId> inputs;
+  std::vector<RefId> results;
+  ScalarType dtype = ScalarType::f32;
+  std::vector<std::int64_t> ints;
+  std::vector<double> reals;
+  std::string blob;
+  std::string origin;  ///< where the controller issued it (file:line), for errors
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& kernel& inputs& results& dtype& ints& reals& blob& origin;
+  }
+};
+
+enum class CollectiveKind : std::uint8_t {
+  allreduce,      ///< every member gets the reduction of all
+  reduceScatter,  ///< member i gets block i (of dimension 0) of the reduction
+  allgather,      ///< every member gets all sources stacked on a new dimension 0
+  alltoall,       ///< block j (of dimension 0) of member i goes to block i of member j
+  broadcast,      ///< every member gets member `root`'s source
+};
+enum class Reduction : std::uint8_t { sum, avg, min, max, product };
+const char* collectiveName(CollectiveKind kind);
+const char* reductionName(Reduction reduction);
+/// "sum", "avg", "min", "max", "product"; throws ConfigError otherwise.
+Reduction reductionFromName(const std::string& name);
+
+/// A collective over the members that share this proc's coordinates outside
+/// `dims` (labels of the engine's mesh). `result` == `source` works in place.
+struct Collective {
+  CollectiveKind kind = CollectiveKind::allreduce;
+  Reduction reduction = Reduction::sum;
+  std::vector<std::string> dims;
+  RefId source = 0;
+  RefId result = 0;
+  std::int64_t root = 0;  ///< broadcast: the root's index among the members
+  std::string origin;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& kind& reduction& dims& source& result& root& origin;
+  }
+};
+
+/// Forgets refs (the controller's tensors died).
+struct Delete {
+  std::vector<RefId> refs;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& refs;
+  }
+};
+
+using Command = std::variant<Call, Collective, Delete>;
+
+/// What a flush casts: commands run in this order on every proc (ORD-1
+/// keeps the batches of one controller in order too).
+struct CommandBatch {
+  std::vector<Command> commands;
+
+  template <class Archive>
+  void save(Archive& archive, unsigned) const {
+    std::uint64_t count = commands.size();
+    archive << count;
+    for (const Command& command : commands) {
+      std::uint8_t index = static_cast<std::uint8_t>(command.index());
+      archive << index;
+      std::visit([&archive](const auto& alternative) { archive << alternative; }, command);
+    }
+  }
+  template <class Archive>
+  void load(Archive& archive, unsigned) {
+    std::uint64_t count = 0;
+    archive >> count;
+    commands.clear();
+    commands.reserve(count);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::uint8_t index = 0;
+      archive >> index;
+      switch (index) {
+        case 0: commands.push_back(read<Call>(archive)); break;
+        case 1: commands.push_back(read<Collective>(archive)); break;
+        case 2: commands.push_back(read<Delete>(archive)); break;
+        default: throw ProtocolError("unknown tensor command " + std::to_string(index));
+      }
+    }
+  }
+  BOOST_SERIALIZATION_SPLIT_MEMBER()
+
+ private:
+  template <class T, class Archive>
+  static T read(Archive& archive) {
+    T value;
+    archive >> value;
+    return value;
+  }
+};
+
+/// Why a ref holds no tensor: the first command that failed on its way
+/// (deferred errors: later commands carry this root cause on).
+struct Failure {
+  std::string op;         ///< the kernel or collective that failed
+  Rank rank = 0;          ///< where it failed
+  std::string message;
+  std::string traceback;  ///< the worker's, for front-end kernels
+  std::string origin;     ///< the controller's file:line that issued it
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& op& rank& message& traceback& origin;
+  }
+  /// "matmul failed on rank 2 (issued at train.py:14): shapes ...".
+  std::string describe() const;
+};
+
+/// Reads one ref's shard. The reply is a FetchReply.
+struct FetchShard {
+  RefId ref = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& ref;
+  }
+};
+struct FetchReply {
+  bool ok = false;
+  TensorData data;  ///< when ok
+  Failure failure;  ///< when not
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& ok& data& failure;
+  }
+};
+
+/// Answers (with the count of commands this engine ran) once every command
+/// sent before it has run.
+struct Sync {
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+
+}  // namespace crown::tensor
+
+CROWN_MESSAGE(crown::tensor::CommandBatch, "crown::tensor::CommandBatch");
+CROWN_MESSAGE(crown::tensor::FetchShard, "crown::tensor::FetchShard");
+CROWN_MESSAGE(crown::tensor::FetchReply, "crown::tensor::FetchReply");
+CROWN_MESSAGE(crown::tensor::Sync, "crown::tensor::Sync");

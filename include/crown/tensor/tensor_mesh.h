@@ -1,0 +1,144 @@
+// The controller's side of distributed tensors.
+//   TensorClient  the engines of a mesh, the ref ids, and the pending batch
+//                 of commands (flushed as one cast every CROWN_TENSOR_BATCH
+//                 commands, on fetch and on sync); what front ends build on.
+//   TensorMesh    a C++ controller's API over it: factories and kernels
+//                 that return DTensors.
+//   DTensor       one distributed tensor: a ref on every proc of the mesh,
+//                 with its shape and type known on the controller. When the
+//                 last copy goes, the ref is deleted on every proc (batched).
+// Thread-safe: a mutex guards the batch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "crown/mesh/proc_mesh.h"
+#include "crown/tensor/command.h"
+#include "crown/tensor/engine.h"
+
+namespace crown::tensor {
+
+class TensorClient {
+ public:
+  /// Spawns the engines on every proc of `procs` (blocks until they run).
+  explicit TensorClient(const ProcMesh& procs, std::uint64_t seed = 0);
+  ~TensorClient();
+  TensorClient(const TensorClient&) = delete;
+  TensorClient& operator=(const TensorClient&) = delete;
+
+  const mesh::Shape& shape() const { return engines_.shape(); }
+  /// A ref id no other tensor of this client has.
+  RefId newRef();
+  /// Appends to the batch; flushes when it is full.
+  void record(Command command);
+  /// Deletes `ref` on every proc with the next flush.
+  void drop(RefId ref);
+  /// Casts the pending batch to every engine.
+  void flush();
+  /// Flushes, then reads `ref`'s shard on `rank` (a world rank of the mesh).
+  Future<FetchReply> fetchReply(RefId ref, std::size_t rank);
+  /// fetchReply() as a tensor; a poisoned ref fails it with RemoteError.
+  Future<LocalTensor> fetch(RefId ref, std::size_t rank);
+  /// Flushes and waits until every engine has run every command so far.
+  void sync();
+
+ private:
+  ActorMesh<Engine> engines_;
+  std::mutex mutex_;
+  CommandBatch pending_;
+  std::vector<RefId> dropped_;
+  RefId nextRef_ = 1;
+  std::size_t batchLimit_;
+};
+
+class DTensor;
+
+class TensorMesh {
+ public:
+  explicit TensorMesh(const ProcMesh& procs, std::uint64_t seed = 0);
+
+  TensorClient& client() { return *client_; }
+  const mesh::Shape& shape() const { return client_->shape(); }
+
+  /// Uniform in [0, 1), a different shard on every proc (seeded per rank).
+  DTensor rand(std::vector<std::int64_t> shape, ScalarType type = ScalarType::f32);
+  DTensor zeros(std::vector<std::int64_t> shape, ScalarType type = ScalarType::f32);
+  DTensor ones(std::vector<std::int64_t> shape, ScalarType type = ScalarType::f32);
+  DTensor full(std::vector<std::int64_t> shape, double value, ScalarType type = ScalarType::f32);
+  /// start, start + step, ... below end.
+  DTensor arange(double start, double end, double step = 1, ScalarType type = ScalarType::f32);
+  DTensor matmul(const DTensor& a, const DTensor& b);
+  /// A kernel by name, whose results have these shapes and types (the
+  /// controller cannot infer them for kernels it does not know).
+  std::vector<DTensor> call(const std::string& kernel, const std::vector<DTensor>& inputs,
+                            const std::vector<std::pair<std::vector<std::int64_t>, ScalarType>>&
+                                results,
+                            std::vector<std::int64_t> ints = {}, std::vector<double> reals = {});
+  /// Flushes and waits for every engine.
+  void sync() { client_->sync(); }
+
+ private:
+  friend class DTensor;
+  DTensor define(Call call, std::vector<std::int64_t> shape, ScalarType type);
+  std::shared_ptr<TensorClient> client_;
+};
+
+class DTensor {
+ public:
+  const std::vector<std::int64_t>& shape() const { return handle_->shape; }
+  ScalarType dtype() const { return handle_->dtype; }
+  RefId ref() const { return handle_->ref; }
+
+  DTensor operator+(const DTensor& other) const { return binary("add", other); }
+  DTensor operator-(const DTensor& other) const { return binary("sub", other); }
+  DTensor operator*(const DTensor& other) const { return binary("mul", other); }
+  DTensor operator/(const DTensor& other) const { return binary("div", other); }
+  /// Every element's sum (mean) as a 0-d tensor.
+  DTensor sum() const;
+  DTensor mean() const;
+
+  /// The reduction over the members along `dims` (labels of the mesh), on each of them.
+  DTensor reduce(const std::vector<std::string>& dims, Reduction reduction = Reduction::sum) const;
+  // const char*, not std::string: {"dp", "tp"} would make a string of two iterators.
+  DTensor reduce(const char* dim, Reduction reduction = Reduction::sum) const {
+    return reduce(std::vector<std::string>{dim}, reduction);
+  }
+  /// Member i of the group gets block i (dimension 0) of the reduction.
+  DTensor reduceScatter(const std::vector<std::string>& dims,
+                        Reduction reduction = Reduction::sum) const;
+  /// Every member's shard, stacked on a new dimension 0 (Monarch's "stack").
+  DTensor allgather(const std::vector<std::string>& dims) const;
+  DTensor alltoall(const std::vector<std::string>& dims) const;
+  /// Member `root`'s shard (its index in the group) on every member.
+  DTensor broadcast(const std::vector<std::string>& dims, std::int64_t root = 0) const;
+
+  /// The shard at `coords` (labels not given: index 0).
+  Future<LocalTensor> fetch(const std::map<std::string, std::size_t>& coords = {}) const;
+
+ private:
+  friend class TensorMesh;
+  struct Handle {
+    std::shared_ptr<TensorClient> client;
+    RefId ref = 0;
+    std::vector<std::int64_t> shape;
+    ScalarType dtype = ScalarType::f32;
+    ~Handle();
+  };
+  explicit DTensor(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {}
+  // Records `call` with one new ref as its result.
+  static DTensor record(const std::shared_ptr<TensorClient>& client, Call call,
+                        std::vector<std::int64_t> shape, ScalarType type);
+  DTensor binary(const char* kernel, const DTensor& other) const;
+  DTensor collective(CollectiveKind kind, const std::vector<std::string>& dims,
+                     Reduction reduction, std::int64_t root,
+                     std::vector<std::int64_t> resultShape) const;
+  DTensor unary(const char* kernel, std::vector<std::int64_t> shape) const;
+  std::shared_ptr<Handle> handle_;
+};
+
+}  // namespace crown::tensor

@@ -1,0 +1,259 @@
+// Collective commands over MPI: the agreement step, then the data.
+#include "tensor/collectives.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <numeric>
+
+#include "crown/actor/mpi_service.h"
+#include "crown/common/error.h"
+
+namespace crown::tensor::detail {
+namespace {
+
+ReduceOp mpiReduce(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::sum:
+    case Reduction::avg: return ReduceOp::sum;
+    case Reduction::min: return ReduceOp::min;
+    case Reduction::max: return ReduceOp::max;
+    case Reduction::product: return ReduceOp::prod;
+  }
+  return ReduceOp::sum;
+}
+
+// avg: the sum divided by the group's size (integer division for integers).
+void divideBy(LocalTensor& tensor, std::size_t count) {
+  auto n = tensor.numel();
+  switch (tensor.dtype()) {
+#define CROWN_DIVIDE(type, T)                                              \
+  case ScalarType::type:                                                   \
+    for (std::int64_t i = 0; i < n; ++i)                                   \
+      tensor.data<T>()[i] = static_cast<T>(tensor.data<T>()[i] / static_cast<T>(count)); \
+    return;
+    CROWN_DIVIDE(u8, std::uint8_t)
+    CROWN_DIVIDE(i8, std::int8_t)
+    CROWN_DIVIDE(i32, std::int32_t)
+    CROWN_DIVIDE(i64, std::int64_t)
+    CROWN_DIVIDE(f32, float)
+    CROWN_DIVIDE(f64, double)
+#undef CROWN_DIVIDE
+    default: throw ConfigError(std::string("avg of ") + scalarName(tensor.dtype()));
+  }
+}
+
+// A fresh contiguous copy that shares no memory with `source`.
+LocalTensor copyOf(const LocalTensor& source) {
+  LocalTensor copy = LocalTensor::allocate(source.dtype(), source.shape());
+  copy.assign(source.contiguousCopy());
+  return copy;
+}
+
+}  // namespace
+
+Collectives::Collectives(Proc& proc, const mesh::Shape& shape) : proc_(proc), shape_(shape) {
+  auto ranks = shape.ranks();
+  bool world = ranks.size() == proc.size();
+  for (std::size_t i = 0; world && i < ranks.size(); ++i) world = ranks[i] == i;
+  MpiService* mpi = nullptr;
+  try {
+    mpi = &proc.mpi();
+  } catch (const Error&) {
+    unavailable_ = "this process has no MPI (simulated procs)";
+    return;
+  }
+  if (!world) {
+    unavailable_ = "collectives need a tensor mesh over every rank of the launch (" +
+                   std::to_string(proc.size()) + "); this one is " + shape.toString() +
+                   ": make the TensorMesh over crown.world() and slice the tensors instead";
+    return;
+  }
+  // Every set of dimensions, now, while every engine starts together: the
+  // splits are collective and blocking, so making one later would wait on
+  // whichever proc is slow or lost.
+  std::size_t dims = shape.dims();
+  if (dims > 4) return;  // 2^dims sets would be too many: made on first use instead
+  for (std::size_t set = 1; set < (std::size_t{1} << dims); ++set) {
+    std::vector<std::string> labels;
+    for (std::size_t d = 0; d < dims; ++d)
+      if (set & (std::size_t{1} << d)) labels.push_back(shape.labels()[d]);
+    group(labels);
+  }
+  (void)mpi;
+}
+
+const Collectives::Group& Collectives::group(const std::vector<std::string>& dims) {
+  if (!unavailable_.empty()) throw ConfigError(unavailable_);
+  if (dims.empty()) throw ConfigError("a collective needs at least one mesh dimension");
+  std::vector<std::size_t> indices;
+  for (const std::string& label : dims) {
+    if (!shape_.hasDim(label)) {
+      std::string known;
+      for (const auto& l : shape_.labels()) known += (known.empty() ? "" : ", ") + l;
+      throw ConfigError("the mesh has no dimension '" + label + "' (its dimensions: " + known +
+                        ")");
+    }
+    indices.push_back(shape_.dim(label));
+  }
+  std::sort(indices.begin(), indices.end());
+  if (std::adjacent_find(indices.begin(), indices.end()) != indices.end())
+    throw ConfigError("a collective names one mesh dimension twice");
+  if (auto it = groups_.find(indices); it != groups_.end()) return it->second;
+  std::vector<std::size_t> sizes;
+  for (const auto& dim : shape_.sizes()) sizes.push_back(dim.second);
+  MpiService& mpi = proc_.mpi();
+  Group made;
+  made.comm = mpi.commOver(sizes, indices);
+  made.members = mpi.commMembers(made.comm);
+  made.size = made.members.size();
+  return groups_.emplace(indices, std::move(made)).first->second;
+}
+
+Collectives::Outcome Collectives::run(const Collective& command, const RefTable::Value* source) {
+  const char* op = collectiveName(command.kind);
+  auto fail = [&](std::string message) {
+    return Outcome{{}, std::make_shared<const Failure>(
+                           Failure{op, proc_.rank(), std::move(message), {}, command.origin})};
+  };
+  const Group* g = nullptr;
+  try {
+    g = &group(command.dims);  // the same answer on every member: no agreement needed
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  // What this member brings: a tensor, or why not.
+  RefTable::Poison local;
+  LocalTensor input;
+  if (!source) {
+    local = fail("its input (ref " + std::to_string(command.source) + ") is not defined here")
+                .failure;
+  } else if (auto* poison = std::get_if<RefTable::Poison>(source)) {
+    local = *poison;
+  } else {
+    input = std::get<LocalTensor>(*source);
+    try {
+      mpiType(input.dtype());
+      CROWN_CHECK(input.device().kind == DeviceKind::cpu,
+                  "MPI collectives take CPU tensors (GPU ones go over NCCL)");
+      bool blocks = command.kind == CollectiveKind::reduceScatter ||
+                    command.kind == CollectiveKind::alltoall;
+      if (blocks && (input.dims() == 0 || input.shape()[0] % static_cast<std::int64_t>(g->size))) {
+        throw ConfigError(std::string(op) + " of " + input.describe() +
+                          ": dimension 0 must split evenly into " + std::to_string(g->size) +
+                          " blocks, one per member");
+      }
+      if (command.kind == CollectiveKind::broadcast &&
+          (command.root < 0 || command.root >= static_cast<std::int64_t>(g->size))) {
+        throw ConfigError("broadcast from member " + std::to_string(command.root) +
+                          " of a group of " + std::to_string(g->size));
+      }
+    } catch (const std::exception& e) {
+      local = fail(e.what()).failure;
+    }
+  }
+  // The agreement: the lowest member whose input failed, and the extremes of
+  // the element counts and types (as minima of x and -x).
+  constexpr std::int64_t kNone = INT64_MAX;
+  std::int64_t me = static_cast<std::int64_t>(proc_.rank());
+  std::int64_t facts[5] = {kNone, kNone, kNone, kNone, kNone};
+  if (local) {
+    facts[0] = me;
+  } else {
+    facts[1] = input.numel();
+    facts[2] = -input.numel();
+    facts[3] = static_cast<std::int64_t>(input.dtype());
+    facts[4] = -static_cast<std::int64_t>(input.dtype());
+  }
+  MpiService& mpi = proc_.mpi();
+  try {
+    mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min).get();
+  } catch (const std::exception& e) {
+    return fail(std::string("the members could not agree: ") + e.what());
+  }
+  if (facts[0] != kNone) {
+    // The root cause, from the lowest member that has one, to the others.
+    Rank root = static_cast<Rank>(facts[0]);
+    auto index = static_cast<Rank>(
+        std::find(g->members.begin(), g->members.end(), root) - g->members.begin());
+    std::string cause(1024, '\0');
+    if (facts[0] == me) {
+      std::string text = local->describe();
+      std::memcpy(cause.data(), text.data(), std::min(text.size(), cause.size() - 1));
+    }
+    try {
+      mpi.broadcast(g->comm, cause.data(), cause.size(), index).get();
+    } catch (const std::exception&) {
+      cause.clear();
+    }
+    if (local) return Outcome{{}, local};  // this member's own cause says more
+    cause.resize(std::strlen(cause.c_str()));
+    return fail("the input on rank " + std::to_string(root) + " failed: " + cause);
+  }
+  if (facts[1] != -facts[2] || facts[3] != -facts[4]) {
+    return fail("the members' inputs differ: from " + std::to_string(facts[1]) + " to " +
+                std::to_string(-facts[2]) + " elements" +
+                (facts[3] != -facts[4] ? ", and of different types" : ""));
+  }
+  try {
+    return Outcome{move(command, *g, input), nullptr};
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
+
+LocalTensor Collectives::move(const Collective& command, const Group& g,
+                              const LocalTensor& input) {
+  MpiService& mpi = proc_.mpi();
+  LocalTensor dense = command.kind == CollectiveKind::allreduce ? input : input.contiguousCopy();
+  auto members = static_cast<std::int64_t>(g.size);
+  DType type = mpiType(input.dtype());
+  switch (command.kind) {
+    case CollectiveKind::allreduce: {
+      // In place when the command says so and the memory allows: then every
+      // view of the source sees the result too, as torch's in-place ops do.
+      bool inPlace = command.result == command.source && input.contiguous();
+      LocalTensor out = inPlace ? input : copyOf(input);
+      mpi.allreduce(g.comm, out.data(), static_cast<std::size_t>(out.numel()), type,
+                    mpiReduce(command.reduction))
+          .get();
+      if (command.reduction == Reduction::avg) divideBy(out, g.size);
+      if (command.result == command.source && !inPlace) {
+        LocalTensor target = input;
+        target.assign(out);
+        return target;
+      }
+      return out;
+    }
+    case CollectiveKind::reduceScatter: {
+      auto shape = input.shape();
+      shape[0] /= members;
+      LocalTensor out = LocalTensor::allocate(input.dtype(), shape);
+      mpi.reduceScatter(g.comm, dense.data(), out.data(), static_cast<std::size_t>(out.numel()),
+                        type, mpiReduce(command.reduction))
+          .get();
+      if (command.reduction == Reduction::avg) divideBy(out, g.size);
+      return out;
+    }
+    case CollectiveKind::allgather: {
+      auto shape = input.shape();
+      shape.insert(shape.begin(), members);
+      LocalTensor out = LocalTensor::allocate(input.dtype(), shape);
+      mpi.allgather(g.comm, dense.data(), out.data(), dense.nbytes()).get();
+      return out;
+    }
+    case CollectiveKind::alltoall: {
+      LocalTensor out = LocalTensor::allocate(input.dtype(), input.shape());
+      mpi.alltoall(g.comm, dense.data(), out.data(), dense.nbytes() / g.size).get();
+      return out;
+    }
+    case CollectiveKind::broadcast: {
+      LocalTensor out = copyOf(input);
+      mpi.broadcast(g.comm, out.data(), out.nbytes(), static_cast<Rank>(command.root)).get();
+      return out;
+    }
+  }
+  throw ConfigError("unknown collective");
+}
+
+}  // namespace crown::tensor::detail

@@ -1,0 +1,51 @@
+// Collectives: how an engine runs a Collective command over MPI (CPU
+// tensors). One communicator per set of the mesh's dimensions, made when the
+// engine starts (MpiService::commOver is collective: every engine makes
+// them in the same order). Before the data moves, the members agree, in
+// one small allreduce, on whether any input failed and on the element count
+// and type: a poisoned or mismatched input poisons the result on every
+// member instead of leaving the others waiting (deferred errors; DLV-1).
+// Used on the engine's thread; every wait is on the MPI service (THR-1).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "crown/actor/proc.h"
+#include "crown/mesh/shape.h"
+#include "tensor/ref_table.h"
+
+namespace crown::tensor::detail {
+
+class Collectives {
+ public:
+  Collectives(Proc& proc, const mesh::Shape& shape);
+
+  struct Outcome {
+    LocalTensor result;          ///< when it ran
+    RefTable::Poison failure;    ///< when it did not
+  };
+  /// Runs `command` on `source` (null: not defined here). Every member of
+  /// the group must call it, in the same order as the others.
+  Outcome run(const Collective& command, const RefTable::Value* source);
+
+ private:
+  struct Group {
+    Comm comm;
+    std::size_t size = 0;
+    std::vector<Rank> members;  // world ranks, by index in the group
+  };
+  // Throws ConfigError for dims that are not the mesh's, or without MPI.
+  const Group& group(const std::vector<std::string>& dims);
+  LocalTensor move(const Collective& command, const Group& group, const LocalTensor& source);
+
+  Proc& proc_;
+  mesh::Shape shape_;
+  std::string unavailable_;  // why there are no collectives here ("" when there are)
+  std::map<std::vector<std::size_t>, Group> groups_;
+};
+
+}  // namespace crown::tensor::detail

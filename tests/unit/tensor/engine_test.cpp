@@ -1,0 +1,179 @@
+// The tensor engine on simulated procs (SIM-1): native kernels against
+// references computed here, per-rank random shards, deferred errors (a
+// failed command poisons what depends on it and nothing else), deletes,
+// and the command batch on the wire. Collectives need MPI: here they fail,
+// clearly and without hanging; tests/mpi/tensor_test.cpp runs them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "crown/mesh/sim.h"
+#include "crown/tensor/kernel.h"
+#include "crown/tensor/tensor_mesh.h"
+
+namespace crown::tensor {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<double> values(const LocalTensor& t) {
+  std::vector<double> out;
+  LocalTensor dense = t.contiguousCopy();
+  for (std::int64_t i = 0; i < dense.numel(); ++i) {
+    switch (dense.dtype()) {
+      case ScalarType::f32: out.push_back(dense.data<float>()[i]); break;
+      case ScalarType::f64: out.push_back(dense.data<double>()[i]); break;
+      case ScalarType::i64: out.push_back(static_cast<double>(dense.data<std::int64_t>()[i])); break;
+      default: ADD_FAILURE() << "unexpected " << dense.describe();
+    }
+  }
+  return out;
+}
+
+std::string failureOf(const Future<LocalTensor>& fetched) {
+  try {
+    fetched.get(10s);
+  } catch (const RemoteError& e) {
+    return e.what();
+  }
+  return "(no failure)";
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  mesh::SimulatedWorld sim{4, {{"dp", 2}, {"tp", 2}}};
+  TensorMesh tm{sim.world(), 7};
+};
+
+TEST_F(EngineTest, FactoriesAndElementwiseKernelsGiveTheExpectedValues) {
+  auto a = tm.arange(0, 6, 1, ScalarType::f64);
+  auto b = tm.full({6}, 2.5, ScalarType::f64);
+  EXPECT_EQ(values((a + b).fetch().get(10s)), (std::vector<double>{2.5, 3.5, 4.5, 5.5, 6.5, 7.5}));
+  EXPECT_EQ(values((a - b).fetch().get(10s)), (std::vector<double>{-2.5, -1.5, -.5, .5, 1.5, 2.5}));
+  EXPECT_EQ(values((a * b).fetch().get(10s)), (std::vector<double>{0, 2.5, 5, 7.5, 10, 12.5}));
+  EXPECT_EQ(values((a / b).fetch().get(10s)), (std::vector<double>{0, .4, .8, 1.2, 1.6, 2}));
+  EXPECT_EQ(values(tm.ones({2, 2}).fetch().get(10s)), (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(values(tm.zeros({3}, ScalarType::i64).fetch().get(10s)), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(a.sum().fetch().get(10s).item(), 15.0);
+  EXPECT_EQ(a.mean().fetch().get(10s).item(), 2.5);
+  EXPECT_EQ(tm.arange(0, 10, 3).fetch().get(10s).numel(), 4);  // 0 3 6 9
+}
+
+TEST_F(EngineTest, MatmulMatchesANaiveProductOnEveryRank) {
+  auto x = tm.rand({5, 7});
+  auto y = tm.rand({7, 3});
+  auto z = tm.matmul(x, y);
+  for (std::size_t dp = 0; dp < 2; ++dp) {
+    auto xs = x.fetch({{"dp", dp}, {"tp", 1}}).get(10s);
+    auto ys = y.fetch({{"dp", dp}, {"tp", 1}}).get(10s);
+    auto zs = z.fetch({{"dp", dp}, {"tp", 1}}).get(10s);
+    ASSERT_EQ(zs.shape(), (std::vector<std::int64_t>{5, 3}));
+    for (int i = 0; i < 5; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        double want = 0;
+        for (int k = 0; k < 7; ++k) want += xs.data<float>()[i * 7 + k] * ys.data<float>()[k * 3 + j];
+        EXPECT_NEAR(zs.data<float>()[i * 3 + j], want, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_F(EngineTest, EveryRankDrawsItsOwnShardAndTheSeedRepeatsThem) {
+  auto r = tm.rand({64});
+  auto first = values(r.fetch({{"dp", 0}, {"tp", 0}}).get(10s));
+  auto other = values(r.fetch({{"dp", 1}, {"tp", 0}}).get(10s));
+  EXPECT_NE(first, other);
+  for (double v : first) EXPECT_TRUE(v >= 0 && v < 1) << v;
+  TensorMesh again(sim.world(), 7);
+  EXPECT_EQ(values(again.rand({64}).fetch({{"dp", 0}, {"tp", 0}}).get(10s)), first);
+}
+
+TEST_F(EngineTest, AFailedCommandPoisonsItsDependentsAndNothingElse) {
+  auto a = tm.ones({2, 3});
+  // Declared shapes the controller cannot check: the engine's matmul refuses.
+  auto bad = tm.call("matmul", {a, a}, {{{2, 3}, ScalarType::f32}})[0];
+  auto later = bad + a;
+  auto fine = a + a;
+  std::string root = failureOf(bad.fetch({{"dp", 1}, {"tp", 0}}));
+  EXPECT_NE(root.find("matmul failed on rank 2"), std::string::npos) << root;
+  EXPECT_NE(root.find("float32[2, 3] and float32[2, 3]"), std::string::npos) << root;
+  // The dependent carries the same root cause, without running.
+  EXPECT_EQ(failureOf(later.fetch({{"dp", 1}, {"tp", 0}})), root);
+  EXPECT_EQ(values(fine.fetch().get(10s)), (std::vector<double>(6, 2.0)));
+}
+
+TEST_F(EngineTest, AnUnknownKernelNamesTheKnownOnes) {
+  auto missing = tm.call("no-such-kernel", {}, {{{1}, ScalarType::f32}})[0];
+  std::string why = failureOf(missing.fetch());
+  EXPECT_NE(why.find("no kernel is registered"), std::string::npos) << why;
+  EXPECT_NE(why.find("matmul"), std::string::npos) << why;
+}
+
+TEST_F(EngineTest, AKernelErrorCarriesItsOpAndTraceback) {
+  registerKernel("test.fails", [](KernelContext&, const std::vector<LocalTensor>&)
+                                   -> std::vector<LocalTensor> {
+    throw KernelError("aten::boom", "it went boom", "Traceback: line 1");
+  });
+  auto failed = tm.call("test.fails", {}, {{{1}, ScalarType::f32}})[0];
+  FetchReply reply = tm.client().fetchReply(failed.ref(), 3).get(10s);
+  ASSERT_FALSE(reply.ok);
+  EXPECT_EQ(reply.failure.op, "aten::boom");
+  EXPECT_EQ(reply.failure.rank, 3u);
+  EXPECT_EQ(reply.failure.message, "it went boom");
+  EXPECT_EQ(reply.failure.traceback, "Traceback: line 1");
+}
+
+TEST_F(EngineTest, CollectivesWithoutMpiFailAtOnceAndTheEngineServesOn) {
+  auto a = tm.ones({4});
+  auto sum = a.reduce("dp");
+  auto again = sum.reduce({"dp", "tp"});
+  std::string why = failureOf(sum.fetch());
+  EXPECT_NE(why.find("allreduce failed on rank 0"), std::string::npos) << why;
+  EXPECT_NE(why.find("no MPI"), std::string::npos) << why;
+  EXPECT_NE(failureOf(again.fetch()).find("no MPI"), std::string::npos);
+  EXPECT_EQ(values((a + a).fetch().get(10s)), (std::vector<double>(4, 2.0)));
+  EXPECT_THROW(a.reduce("no-such-dim"), ConfigError);  // refused on the controller
+}
+
+TEST_F(EngineTest, ADroppedTensorIsDeletedOnEveryRank) {
+  RefId ref;
+  {
+    auto a = tm.ones({8});
+    ref = a.ref();
+    ASSERT_EQ(tm.client().fetchReply(ref, 1).get(10s).ok, true);
+  }
+  tm.sync();
+  for (Rank r = 0; r < 4; ++r) {
+    FetchReply reply = tm.client().fetchReply(ref, r).get(10s);
+    EXPECT_FALSE(reply.ok);
+    EXPECT_NE(reply.failure.message.find("not defined here"), std::string::npos);
+  }
+}
+
+TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
+  CommandBatch batch;
+  batch.commands.push_back(Call{"fill", {1, 2}, {3}, ScalarType::f64, {2, 2}, {1.5}, "blob", "a.py:3"});
+  batch.commands.push_back(Collective{CollectiveKind::reduceScatter, Reduction::avg, {"dp", "tp"},
+                                      3, 4, 1, "b.py:9"});
+  batch.commands.push_back(Delete{{1, 2, 3}});
+  auto back = wire::fromBytes<CommandBatch>(wire::toBytes(batch));
+  ASSERT_EQ(back.commands.size(), 3u);
+  const auto& call = std::get<Call>(back.commands[0]);
+  EXPECT_EQ(call.kernel, "fill");
+  EXPECT_EQ(call.inputs, (std::vector<RefId>{1, 2}));
+  EXPECT_EQ(call.dtype, ScalarType::f64);
+  EXPECT_EQ(call.blob, "blob");
+  EXPECT_EQ(call.origin, "a.py:3");
+  const auto& collective = std::get<Collective>(back.commands[1]);
+  EXPECT_EQ(collective.kind, CollectiveKind::reduceScatter);
+  EXPECT_EQ(collective.reduction, Reduction::avg);
+  EXPECT_EQ(collective.dims, (std::vector<std::string>{"dp", "tp"}));
+  EXPECT_EQ(collective.root, 1);
+  EXPECT_EQ(std::get<Delete>(back.commands[2]).refs, (std::vector<RefId>{1, 2, 3}));
+  std::string bytes = wire::toBytes(batch);
+  bytes[8] = 9;  // the first command's kind
+  EXPECT_THROW(wire::fromBytes<CommandBatch>(bytes), ProtocolError);
+}
+
+}  // namespace
+}  // namespace crown::tensor
