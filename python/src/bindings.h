@@ -11,5 +11,6 @@ void bindMesh(pybind11::module_& m);
 void bindActor(pybind11::module_& m);
 void bindReduce(pybind11::module_& m);
 void bindPayload(pybind11::module_& m);  // py_payload.h
+void bindTensor(pybind11::module_& m);
 
 }  // namespace crown::python

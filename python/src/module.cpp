@@ -9,4 +9,5 @@ PYBIND11_MODULE(_crown, m) {
   crown::python::bindMesh(m);
   crown::python::bindActor(m);
   crown::python::bindReduce(m);
+  crown::python::bindTensor(m);
 }

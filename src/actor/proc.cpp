@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <unordered_set>
 
 #include "actor/flow_control.h"
 #include "actor/mailbox.h"
@@ -50,6 +51,8 @@ struct Proc::Impl {
   bool installing = true;  // raw agents may be set only while modules install
   std::atomic<bool> stopped{false};
   std::mutex lostHookMutex;
+  std::mutex lostPeersMutex;
+  std::unordered_set<Rank> lostPeers;  // each reported once: by a link, or by declareLost
   std::function<void(const LostMessages&)> lostHook;
 
   Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
@@ -137,6 +140,10 @@ struct Proc::Impl {
 
   // A pool thread, on a link's strand.
   void onPeerLost(Proc& proc, Rank peer, const std::string& reason) {
+    {
+      std::lock_guard lock(lostPeersMutex);
+      if (!lostPeers.insert(peer).second) return;
+    }
     log::get().debug("link to rank {} lost: {}", peer, reason);
     auto error = lostError(proc, peer, reason);
     for (auto& complete : requests.markLost(peer)) complete(Outcome{error, {}, {}});
@@ -218,6 +225,11 @@ const std::string& Proc::host(Rank rank) const {
 }
 
 bool Proc::alive(Rank rank) const { return impl_->requests.alive(rank); }
+
+void Proc::declareLost(Rank peer, const std::string& reason) {
+  CROWN_CHECK(peer < size() && peer != rank(), "declareLost of rank " + std::to_string(peer));
+  impl_->onPeerLost(*this, peer, reason);
+}
 
 const std::vector<Proc::Module*>& Proc::modules() const { return impl_->modules; }
 

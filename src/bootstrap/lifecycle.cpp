@@ -10,9 +10,12 @@ namespace {
 
 class ShutdownAgent : public Actor {
  public:
-  explicit ShutdownAgent(Lifecycle& lifecycle) {
+  ShutdownAgent(Lifecycle& lifecycle, Proc& proc) {
     handle<Shutdown>([&lifecycle](const Shutdown& shutdown) {
       lifecycle.requestShutdown(shutdown.code, shutdown.ranksLost);
+    });
+    handle<RankLost>([&proc](const RankLost& lost) {
+      if (lost.rank != proc.rank()) proc.declareLost(lost.rank, "the controller lost it: " + lost.reason);
     });
   }
 };
@@ -36,7 +39,7 @@ Lifecycle& Lifecycle::of(Proc& proc) {
 void Lifecycle::install(Proc& proc, SystemIds& ids) {
   proc_ = &proc;
   agent_ = ids.claim();
-  proc.spawnLocalAt(agent_, std::make_unique<ShutdownAgent>(*this), "shutdown-agent");
+  proc.spawnLocalAt(agent_, std::make_unique<ShutdownAgent>(*this, proc), "shutdown-agent");
 }
 
 void Lifecycle::startWatchdog() {
@@ -98,6 +101,11 @@ void Lifecycle::peerLost(Rank peer, const std::string& reason) {
   // Only before shutdown (the return above): a neighbour that closes its
   // links after the shutdown barrier is not lost, and MPI_Finalize needs it.
   if (mpi_) mpi_->abandonPeer(peer, reason);
+  if (proc_->rank() == 0) {
+    for (Rank other = 1; other < proc_->size(); ++other) {
+      if (other != peer && proc_->alive(other)) proc_->send({other, agent_}, RankLost{peer, reason});
+    }
+  }
   // A worker whose controller is gone has nobody left to serve.
   if (peer == 0 && proc_->rank() != 0) requestShutdown(1);
 }

@@ -11,7 +11,11 @@
 // frame): no Shutdown comes to it, and with no open link it would never hear
 // the controller go. So every worker pings the controller once a second from
 // a watchdog thread, and one that hears no answer for
-// CROWN_CONTROLLER_TIMEOUT_MS shuts itself down with 1. Thread-safe.
+// CROWN_CONTROLLER_TIMEOUT_MS shuts itself down with 1.
+//
+// The controller passes every loss it sees on to the other ranks
+// (RankLost), so that each fails what waits on the lost rank, MPI
+// operations included, even without a link of its own to it. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -36,6 +40,17 @@ struct Shutdown {
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
     archive& code& ranksLost;
+  }
+};
+
+/// The controller's word to every other rank that `rank` is lost
+/// (Proc::declareLost): a rank with no link to it would not notice.
+struct RankLost {
+  Rank rank = 0;
+  std::string reason;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& rank& reason;
   }
 };
 
@@ -89,3 +104,4 @@ class Lifecycle : public Proc::Module {
 }  // namespace crown::detail
 
 CROWN_MESSAGE(crown::detail::Shutdown, "crown::Shutdown");
+CROWN_MESSAGE(crown::detail::RankLost, "crown::RankLost");

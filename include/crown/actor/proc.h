@@ -111,6 +111,12 @@ class Proc {
   /// The host name of rank ("" when unknown).
   const std::string& host(Rank rank) const;
   bool alive(Rank rank) const;
+  /// Another rank (the controller) saw `peer` die: it is lost here too, as if
+  /// this rank's own link had failed (requests to it fail, the modules hear
+  /// peerLost), unless this rank already knew. A rank that never opened a
+  /// link to `peer` would otherwise never learn it, and wait on it for good
+  /// (an MPI collective with it, say: DLV-1). Any thread.
+  void declareLost(Rank peer, const std::string& reason);
 
   /// The installed module of type M, or nullptr.
   template <class M>

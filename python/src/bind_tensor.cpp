@@ -1,0 +1,223 @@
+// Distributed tensors for Python: the controller's TensorClient (the
+// engines of a mesh, refs, batched commands, fetches), and the "torch"
+// kernel through which every engine runs recorded torch ops with real torch
+// (crown/tensor/_worker.py). Shards cross into Python without a copy: a
+// torch tensor that a torch op made comes back as itself (TorchOwner), and
+// a native kernel's result or a fetched shard as a numpy array over the
+// engine's memory (the Python side makes it a torch tensor with from_numpy).
+// Waits release the GIL; the kernel takes it (Gil) on the engine's thread.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "bindings.h"
+#include "crown/tensor/kernel.h"
+#include "crown/tensor/tensor_mesh.h"
+#include "gil.h"
+
+namespace py = pybind11;
+
+namespace crown::python {
+namespace {
+
+using namespace crown::tensor;
+
+// Keeps a Python object (a torch tensor) alive for the engine.
+struct TorchOwner final : Owner {
+  explicit TorchOwner(py::object tensor) : object(std::move(tensor)) {}
+  ~TorchOwner() override {
+    if (!Py_IsInitialized()) {
+      object.release();  // the interpreter is gone: nothing left to free it with
+      return;
+    }
+    Gil gil;
+    object = py::object();
+  }
+  py::object object;
+};
+
+// Holds what a numpy array shows (a shard's owner, or fetched bytes).
+struct Keep {
+  std::shared_ptr<Owner> owner;
+  std::string bytes;
+};
+
+const char* numpyName(ScalarType type) {
+  switch (type) {
+    case ScalarType::boolean: return "bool";
+    case ScalarType::bf16:
+      throw py::type_error("a bfloat16 shard has no numpy form: convert it to float32 first");
+    default: return scalarName(type);
+  }
+}
+
+py::array numpyOver(ScalarType type, const std::vector<std::int64_t>& shape,
+                    const std::vector<std::int64_t>& strides, void* data,
+                    std::unique_ptr<Keep> keep) {
+  std::vector<py::ssize_t> byteStrides;
+  for (auto s : strides) byteStrides.push_back(static_cast<py::ssize_t>(s * elementSize(type)));
+  py::capsule base(keep.release(), [](void* p) { delete static_cast<Keep*>(p); });
+  return py::array(py::dtype(numpyName(type)), std::vector<py::ssize_t>(shape.begin(), shape.end()),
+                   byteStrides, data, base);
+}
+
+// A shard as Python sees it: its own torch tensor, or a numpy array over it.
+py::object toPython(const LocalTensor& tensor) {
+  if (auto* torch = dynamic_cast<TorchOwner*>(tensor.owner().get())) return torch->object;
+  auto keep = std::make_unique<Keep>();
+  keep->owner = tensor.owner();
+  return numpyOver(tensor.dtype(), tensor.shape(), tensor.strides(), tensor.data(),
+                   std::move(keep));
+}
+
+py::object toPython(TensorData data) {
+  auto keep = std::make_unique<Keep>();
+  keep->bytes = std::move(data.bytes);
+  void* bytes = keep->bytes.data();
+  return numpyOver(data.dtype, data.shape, contiguousStrides(data.shape), bytes, std::move(keep));
+}
+
+// A torch tensor as a shard, sharing its memory.
+LocalTensor fromTorch(py::handle tensor) {
+  std::string dtype = py::str(tensor.attr("dtype"));
+  if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
+  auto shape = tensor.attr("shape").cast<std::vector<std::int64_t>>();
+  auto strides = tensor.attr("stride")().cast<std::vector<std::int64_t>>();
+  auto data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<std::uintptr_t>());
+  py::object device = tensor.attr("device");
+  Device where;
+  if (py::str(device.attr("type")).cast<std::string>() != "cpu") {
+    where.kind = DeviceKind::cuda;
+    py::object index = device.attr("index");
+    where.index = index.is_none() ? 0 : index.cast<int>();
+  }
+  return LocalTensor::wrap(scalarFromName(dtype), std::move(shape), std::move(strides), data,
+                           std::make_shared<TorchOwner>(py::reinterpret_borrow<py::object>(tensor)),
+                           where);
+}
+
+py::tuple failureTuple(const Failure& f) {
+  return py::make_tuple("failed", f.op, f.rank, f.message, f.traceback, f.origin);
+}
+
+class TensorFetch {
+ public:
+  explicit TensorFetch(Future<FetchReply> future) : future_(std::move(future)) {}
+  /// ("ok", array) or ("failed", op, rank, message, traceback, origin).
+  py::tuple get(std::optional<double> timeout) {
+    FetchReply reply;
+    {
+      py::gil_scoped_release release;
+      reply = timeout ? future_.get(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000)))
+                      : future_.get();
+    }
+    if (!reply.ok) return failureTuple(reply.failure);
+    return py::make_tuple("ok", toPython(std::move(reply.data)));
+  }
+  bool done() const { return future_.isReady(); }
+
+ private:
+  Future<FetchReply> future_;
+};
+
+// The "torch" kernel: fn(blob, inputs, rank, coords) -> list of tensors,
+// on the engine's thread with the GIL. A Python exception becomes a
+// KernelError with its traceback; its crown_op attribute names the op.
+void registerTorchKernel(py::object fn) {
+  auto shared = std::make_shared<py::object>(std::move(fn));
+  registerKernel("torch", [shared](KernelContext& context, const std::vector<LocalTensor>& inputs) {
+    Gil gil;
+    try {
+      py::list args;
+      for (const LocalTensor& input : inputs) args.append(toPython(input));
+      py::dict coords;
+      for (const auto& [label, index] : context.coords) coords[py::str(label)] = index;
+      py::object out = (*shared)(py::bytes(context.call.blob), args, context.rank, coords);
+      std::vector<LocalTensor> results;
+      for (py::handle tensor : out) results.push_back(fromTorch(tensor));
+      return results;
+    } catch (py::error_already_set& e) {
+      std::string op = context.call.kernel;
+      if (py::hasattr(e.value(), "crown_op")) op = py::str(e.value().attr("crown_op"));
+      std::string message = std::string(py::str(e.type().attr("__name__"))) + ": " +
+                            std::string(py::str(e.value()));
+      std::string traceback;
+      try {
+        py::object lines = py::module_::import("traceback")
+                               .attr("format_exception")(e.type(), e.value(), e.trace());
+        traceback = py::str("").attr("join")(lines).cast<std::string>();
+      } catch (...) {  // NOLINT: the message alone still says what failed
+      }
+      throw KernelError(op, message, traceback);
+    }
+  });
+}
+
+}  // namespace
+
+void bindTensor(py::module_& m) {
+  py::class_<TensorFetch>(m, "TensorFetch")
+      .def("get", &TensorFetch::get, py::arg("timeout") = py::none())
+      .def("done", &TensorFetch::done);
+
+  py::class_<TensorClient, std::shared_ptr<TensorClient>>(m, "TensorClient")
+      .def(py::init([](const mesh::Shape& shape, std::uint64_t seed) {
+             py::gil_scoped_release release;  // the spawn waits for every engine
+             return std::make_shared<TensorClient>(ProcMesh(shape), seed);
+           }),
+           py::arg("shape"), py::arg("seed") = 0)
+      .def_property_readonly("shape", &TensorClient::shape)
+      .def("new_ref", &TensorClient::newRef)
+      .def(
+          "call",
+          [](TensorClient& client, std::string kernel, std::vector<RefId> inputs,
+             std::vector<RefId> results, const py::bytes& blob, std::string origin,
+             const std::string& dtype, std::vector<std::int64_t> ints, std::vector<double> reals) {
+            Call call{std::move(kernel), std::move(inputs), std::move(results),
+                      scalarFromName(dtype), std::move(ints), std::move(reals),
+                      std::string(blob), std::move(origin)};
+            py::gil_scoped_release release;  // a full batch flushes, which may wait (FLO-1)
+            client.record(std::move(call));
+          },
+          py::arg("kernel"), py::arg("inputs"), py::arg("results"), py::arg("blob") = py::bytes(),
+          py::arg("origin") = "", py::arg("dtype") = "float32",
+          py::arg("ints") = std::vector<std::int64_t>{}, py::arg("reals") = std::vector<double>{})
+      .def(
+          "collective",
+          [](TensorClient& client, const std::string& kind, const std::string& reduction,
+             std::vector<std::string> dims, RefId source, RefId result, std::int64_t root,
+             std::string origin) {
+            static const std::map<std::string, CollectiveKind> kinds = {
+                {"allreduce", CollectiveKind::allreduce},
+                {"reduce_scatter", CollectiveKind::reduceScatter},
+                {"allgather", CollectiveKind::allgather},
+                {"all_to_all", CollectiveKind::alltoall},
+                {"broadcast", CollectiveKind::broadcast}};
+            auto it = kinds.find(kind);
+            if (it == kinds.end()) throw py::value_error("unknown collective '" + kind + "'");
+            Collective c{it->second, reductionFromName(reduction), std::move(dims), source, result,
+                         root, std::move(origin)};
+            py::gil_scoped_release release;
+            client.record(std::move(c));
+          },
+          py::arg("kind"), py::arg("reduction"), py::arg("dims"), py::arg("source"),
+          py::arg("result"), py::arg("root") = 0, py::arg("origin") = "")
+      .def("drop", &TensorClient::drop)
+      .def("flush", &TensorClient::flush, py::call_guard<py::gil_scoped_release>())
+      .def("sync", &TensorClient::sync, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "fetch",
+          [](TensorClient& client, RefId ref, std::size_t rank) {
+            py::gil_scoped_release release;
+            return TensorFetch(client.fetchReply(ref, rank));
+          },
+          py::arg("ref"), py::arg("rank"));
+
+  m.def("register_torch_kernel", &registerTorchKernel,
+        "Sets the function every engine of this process runs for the 'torch' kernel.");
+  m.def("tensor_kernels", &kernelNames, "The names of the registered kernels.");
+}
+
+}  // namespace crown::python

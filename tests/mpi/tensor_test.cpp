@@ -1,0 +1,218 @@
+// Distributed tensors on real ranks (mpirun -n 4) over a {dp: 2, tp: 2}
+// mesh: every collective and reduction over each dimension and over both,
+// against a reference computed here from what each rank holds; deferred
+// errors through a collective (a failure on one rank poisons the result on
+// every member, names the rank, and later collectives still run); inputs
+// that differ across ranks; in-place reduction.
+#include <unistd.h>
+
+#include <cmath>
+
+#include "crown/tensor/kernel.h"
+#include "crown/tensor/tensor_mesh.h"
+#include "support/mpi_harness.h"
+
+namespace crown::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace crown::tensor;
+
+constexpr std::int64_t kBlock = 3;  // elements per member block
+
+// Rank r holds r * 100 + i + 1 at index i (float64: every sum and product
+// here stays exact). ints = shape; the length can grow with the rank
+// (reals[0] elements more per rank) to make inputs that differ.
+const bool kRegistered = [] {
+  registerKernel("test.rank_values", [](KernelContext& c, const std::vector<LocalTensor>&) {
+    auto shape = c.call.ints;
+    if (!c.call.reals.empty()) shape[0] += static_cast<std::int64_t>(c.call.reals[0]) * c.rank;
+    LocalTensor t = LocalTensor::allocate(ScalarType::f64, shape);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = c.rank * 100.0 + i + 1;
+    return std::vector<LocalTensor>{t};
+  });
+  registerKernel("test.fails_on_rank", [](KernelContext& c, const std::vector<LocalTensor>&) {
+    if (c.rank == static_cast<Rank>(c.call.ints.at(0))) throw Error("no data on this rank");
+    return std::vector<LocalTensor>{LocalTensor::zeros(ScalarType::f64, {4})};
+  });
+  return true;
+}();
+
+std::vector<double> valuesOf(Rank rank, std::int64_t count) {
+  std::vector<double> v;
+  for (std::int64_t i = 0; i < count; ++i) v.push_back(rank * 100.0 + i + 1);
+  return v;
+}
+
+std::vector<double> values(const LocalTensor& t) {
+  return std::vector<double>(t.data<double>(), t.data<double>() + t.numel());
+}
+
+// The members of rank r's group over `dims` of {dp: 2, tp: 2}, in order.
+std::vector<Rank> groupOf(Rank r, const std::vector<std::string>& dims) {
+  bool overDp = std::find(dims.begin(), dims.end(), "dp") != dims.end();
+  bool overTp = std::find(dims.begin(), dims.end(), "tp") != dims.end();
+  std::vector<Rank> members;
+  for (Rank dp = 0; dp < 2; ++dp)
+    for (Rank tp = 0; tp < 2; ++tp)
+      if ((overDp || dp == r / 2) && (overTp || tp == r % 2)) members.push_back(dp * 2 + tp);
+  return members;
+}
+
+double fold(Reduction reduction, const std::vector<double>& xs) {
+  double acc = xs[0];
+  for (std::size_t i = 1; i < xs.size(); ++i) {
+    switch (reduction) {
+      case Reduction::sum:
+      case Reduction::avg: acc += xs[i]; break;
+      case Reduction::min: acc = std::min(acc, xs[i]); break;
+      case Reduction::max: acc = std::max(acc, xs[i]); break;
+      case Reduction::product: acc *= xs[i]; break;
+    }
+  }
+  return reduction == Reduction::avg ? acc / static_cast<double>(xs.size()) : acc;
+}
+
+std::map<std::string, std::size_t> coordsOf(Rank r) { return {{"dp", r / 2}, {"tp", r % 2}}; }
+
+const std::vector<std::vector<std::string>> kDimSets = {{"dp"}, {"tp"}, {"dp", "tp"}};
+const Reduction kReductions[] = {Reduction::sum, Reduction::avg, Reduction::min, Reduction::max,
+                                 Reduction::product};
+
+class TensorTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    mesh_ = std::make_unique<TensorMesh>(ProcMesh(mesh::Shape({{"dp", 2}, {"tp", 2}})));
+  }
+  static void TearDownTestSuite() { mesh_.reset(); }  // while the runtime is up
+  static TensorMesh& tm() { return *mesh_; }
+  static inline std::unique_ptr<TensorMesh> mesh_;
+  static DTensor rankValues(std::vector<std::int64_t> shape) {
+    return tm().call("test.rank_values", {}, {{shape, ScalarType::f64}}, shape)[0];
+  }
+};
+
+TEST_F(TensorTest, AllreduceOfEveryReductionOverEachDimensionAndBoth) {
+  auto x = rankValues({kBlock});
+  for (const auto& dims : kDimSets) {
+    for (Reduction reduction : kReductions) {
+      auto reduced = x.reduce(dims, reduction);
+      for (Rank r = 0; r < 4; ++r) {
+        std::vector<double> want;
+        for (std::int64_t i = 0; i < kBlock; ++i) {
+          std::vector<double> xs;
+          for (Rank m : groupOf(r, dims)) xs.push_back(valuesOf(m, kBlock)[i]);
+          want.push_back(fold(reduction, xs));
+        }
+        EXPECT_EQ(values(reduced.fetch(coordsOf(r)).get(30s)), want)
+            << reductionName(reduction) << " over " << dims.size() << " dims, rank " << r;
+      }
+    }
+  }
+}
+
+TEST_F(TensorTest, ReduceScatterGivesEachMemberItsBlockOfTheReduction) {
+  for (const auto& dims : kDimSets) {
+    std::int64_t members = static_cast<std::int64_t>(groupOf(0, dims).size());
+    auto x = rankValues({members * kBlock});
+    for (Reduction reduction : {Reduction::sum, Reduction::max}) {
+      auto scattered = x.reduceScatter(dims, reduction);
+      for (Rank r = 0; r < 4; ++r) {
+        auto group = groupOf(r, dims);
+        auto index = static_cast<std::int64_t>(std::find(group.begin(), group.end(), r) - group.begin());
+        std::vector<double> want;
+        for (std::int64_t i = 0; i < kBlock; ++i) {
+          std::vector<double> xs;
+          for (Rank m : group) xs.push_back(valuesOf(m, members * kBlock)[index * kBlock + i]);
+          want.push_back(fold(reduction, xs));
+        }
+        EXPECT_EQ(values(scattered.fetch(coordsOf(r)).get(30s)), want) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST_F(TensorTest, AllgatherStacksEveryMembersShardInOrder) {
+  auto x = rankValues({kBlock});
+  for (const auto& dims : kDimSets) {
+    auto stacked = x.allgather(dims);
+    for (Rank r = 0; r < 4; ++r) {
+      std::vector<double> want;
+      for (Rank m : groupOf(r, dims)) {
+        auto v = valuesOf(m, kBlock);
+        want.insert(want.end(), v.begin(), v.end());
+      }
+      LocalTensor got = stacked.fetch(coordsOf(r)).get(30s);
+      EXPECT_EQ(got.shape(), (std::vector<std::int64_t>{static_cast<std::int64_t>(groupOf(r, dims).size()), kBlock}));
+      EXPECT_EQ(values(got), want) << "rank " << r;
+    }
+  }
+}
+
+TEST_F(TensorTest, AllToAllSendsBlockJToMemberJ) {
+  for (const auto& dims : kDimSets) {
+    std::int64_t members = static_cast<std::int64_t>(groupOf(0, dims).size());
+    auto x = rankValues({members * kBlock});
+    auto exchanged = x.alltoall(dims);
+    for (Rank r = 0; r < 4; ++r) {
+      auto group = groupOf(r, dims);
+      auto index = std::find(group.begin(), group.end(), r) - group.begin();
+      std::vector<double> want;
+      for (Rank m : group) {
+        auto v = valuesOf(m, members * kBlock);
+        want.insert(want.end(), v.begin() + index * kBlock, v.begin() + (index + 1) * kBlock);
+      }
+      EXPECT_EQ(values(exchanged.fetch(coordsOf(r)).get(30s)), want) << "rank " << r;
+    }
+  }
+}
+
+TEST_F(TensorTest, BroadcastCopiesTheRootMembersShard) {
+  auto x = rankValues({kBlock});
+  for (const auto& dims : kDimSets) {
+    auto copied = x.broadcast(dims, 1);
+    for (Rank r = 0; r < 4; ++r)
+      EXPECT_EQ(values(copied.fetch(coordsOf(r)).get(30s)), valuesOf(groupOf(r, dims)[1], kBlock));
+  }
+}
+
+TEST_F(TensorTest, ReducingInPlaceChangesTheSourceRef) {
+  auto x = rankValues({kBlock});
+  tm().client().record(Collective{CollectiveKind::allreduce, Reduction::sum, {"tp"}, x.ref(),
+                                  x.ref(), 0, "tensor_test.cpp"});
+  EXPECT_EQ(values(x.fetch(coordsOf(2)).get(30s)),
+            (std::vector<double>{201 + 301, 202 + 302, 203 + 303}));
+}
+
+TEST_F(TensorTest, AFailureOnOneRankPoisonsTheCollectiveEverywhereAndNamesIt) {
+  auto broken = tm().call("test.fails_on_rank", {}, {{{4}, ScalarType::f64}}, {3})[0];
+  auto sum = broken.reduce(std::vector<std::string>{"dp", "tp"});
+  for (Rank r = 0; r < 4; ++r) {
+    try {
+      sum.fetch(coordsOf(r)).get(30s);
+      ADD_FAILURE() << "a poisoned allreduce succeeded on rank " << r;
+    } catch (const RemoteError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("rank 3"), std::string::npos) << what;
+      EXPECT_NE(what.find("no data on this rank"), std::string::npos) << what;
+    }
+  }
+  // Nobody is left waiting: the next collective runs.
+  auto fine = rankValues({1}).reduce("tp");
+  EXPECT_EQ(values(fine.fetch(coordsOf(0)).get(30s)), (std::vector<double>{1 + 101}));
+}
+
+TEST_F(TensorTest, InputsThatDifferAcrossRanksPoisonTheResult) {
+  auto uneven = tm().call("test.rank_values", {}, {{{2}, ScalarType::f64}}, {2}, {1.0})[0];
+  try {
+    uneven.reduce("dp").fetch(coordsOf(0)).get(30s);
+    ADD_FAILURE() << "inputs of 2 and 4 elements were reduced";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("inputs differ"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace crown::testing
+
+int main(int argc, char** argv) { return crown::testing::runTestsOnController(argc, argv); }
