@@ -151,6 +151,27 @@ def test_in_place_ops_keep_the_ref(mesh):
     assert torch.equal(inspect(o, hosts=1, procs=1), torch.full((3,), 7.0))
 
 
+def test_repeated_ops_use_the_cache_and_stay_right(mesh):
+    b = mesh.backend
+    with mesh.activate():
+        ws = [torch.zeros(3), torch.zeros(3)]
+        for _ in range(3):  # returns None, writes its list: recorded once per call
+            torch._foreach_add_(ws, 1.0)
+        n = len(b.pending)
+        torch._foreach_add_(ws, 1.0)
+        assert len(b.pending) == n + 1 and sorted(b.pending[-1].results) == sorted(w._ref for w in ws)
+        x = torch.ones(2, dtype=torch.int64)
+        y = x + 1      # int
+        z = x + 1.0    # float: a different key, 1 == 1.0 notwithstanding
+        y2 = x + 1
+        assert y.dtype == y2.dtype == torch.int64 and z.dtype == torch.float32
+        a, b2 = torch.ones(4).split(2)  # a tuple out of the cache
+        a2, b3 = torch.ones(4).split(2)
+    assert torch.equal(inspect(ws[1], procs=1), torch.full((3,), 4.0))
+    assert torch.equal(inspect(z), torch.full((2,), 2.0)) and inspect(y2).dtype == torch.int64
+    assert b3.shape == (2,) and b3._fake.shape == (2,) and b3._ref != b2._ref
+
+
 def test_views_alias_on_workers(mesh):
     with mesh.activate():
         x = torch.zeros(2, 3)

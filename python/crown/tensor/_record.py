@@ -242,15 +242,30 @@ class Tensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @staticmethod
-    def __new__(cls, fake: torch.Tensor, mesh: Mesh, ref: int, location: str):
+    def __new__(cls, fake: Optional[torch.Tensor], mesh: Mesh, ref: int, location: str,
+                meta: Optional[tuple] = None):
+        # meta: (size, stride, storage_offset, dtype, device); without a fake
+        # (a cached op's output), the fake is made from it when first needed.
+        if meta is None:
+            meta = _meta_of(fake)
+        size, stride, offset, dtype, device = meta
         r = torch.Tensor._make_wrapper_subclass(
-            cls, fake.size(), strides=fake.stride(), storage_offset=fake.storage_offset(),
-            dtype=fake.dtype, layout=fake.layout, device=fake.device, requires_grad=False)
-        r._fake = fake
+            cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=device,
+            requires_grad=False)
+        if fake is not None:
+            r._fake = fake
+        r._meta = meta
         r._mesh = mesh
         r._ref = ref
         r._location = location
         return r
+
+    def __getattr__(self, name):
+        if name == "_fake":  # only when missing: a cached op's output
+            fake = _fake_from_meta(self.__dict__["_meta"])
+            self.__dict__["_fake"] = fake
+            return fake
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(self, *args, **kwargs):
         pass
@@ -307,6 +322,18 @@ class Tensor(torch.Tensor):
             return _reduce(self, dims, reduction, scatter, inplace=True)
 
 
+def _meta_of(fake: torch.Tensor) -> tuple:
+    return (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset(), fake.dtype,
+            fake.device)
+
+
+def _fake_from_meta(meta: tuple) -> torch.Tensor:
+    size, stride, offset, dtype, device = meta
+    extent = offset + 1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else offset
+    with suspended(), fake_mode():
+        return torch.empty(extent, dtype=dtype, device=device).as_strided(size, stride, offset)
+
+
 # --- recording ---------------------------------------------------------------------
 
 _PASS, _OP, _LIFT, _VALUE = 0, 1, 2, 3
@@ -316,7 +343,7 @@ _VALUE_OPS = ("aten::_local_scalar_dense", "aten::equal", "aten::is_nonzero", "a
 
 
 class _OpInfo:
-    __slots__ = ("spec", "kind", "written")
+    __slots__ = ("spec", "kind", "written", "cache")
 
     def __init__(self, func):
         schema = func._schema
@@ -333,6 +360,102 @@ class _OpInfo:
         self.written = tuple(
             (i, a.name) for i, a in enumerate(schema.arguments)
             if a.alias_info is not None and a.alias_info.is_write)
+        # key of the arguments' metadata and constants -> _Entry
+        self.cache: Dict[tuple, "_Entry"] = {}
+
+
+class _Entry:
+    """What an op does with arguments of one key: the same blob, and outputs
+    of the same metadata. descs: per flattened output, a meta tuple (a fresh
+    tensor), an int k (input k itself: in place, out=) or (None, value)."""
+
+    __slots__ = ("blob", "descs", "tree", "written")
+
+    def __init__(self, blob, descs, tree, written):
+        self.blob = blob
+        self.descs = descs
+        self.tree = tree
+        self.written = written  # input indices the op writes, beyond its outputs
+
+
+_MISS = object()
+
+
+class _Slow(Exception):
+    """The fast path does not apply; record() sorts it out (and raises what is wrong)."""
+
+
+_CACHE_LIMIT = 4096
+
+
+def _key(v, inputs: List[int], wrappers: List["Tensor"], slot: Dict[int, int]):
+    t = type(v)
+    if t is Tensor:
+        ref = v._ref
+        if ref is None:
+            raise _Slow
+        k = slot.get(ref)
+        if k is None:
+            k = slot[ref] = len(inputs)
+            inputs.append(ref)
+            wrappers.append(v)
+        return (k, v._meta)
+    if t is list or t is tuple:
+        return (t, tuple([_key(x, inputs, wrappers, slot) for x in v]))
+    if isinstance(v, (torch.Tensor, dict)):
+        raise _Slow  # a local tensor
+    return (t, v)
+
+
+def _fast(info: _OpInfo, args, kwargs):
+    """An op seen before with arguments of the same metadata and constants:
+    no fakes, no pickling. (_MISS, key) when not cached yet, (_MISS, None)
+    when the fast path does not apply."""
+    inputs: List[int] = []
+    wrappers: List[Tensor] = []
+    slot: Dict[int, int] = {}
+    try:
+        key = tuple([_key(a, inputs, wrappers, slot) for a in args])
+        if kwargs:
+            key = (key, tuple([(n, _key(v, inputs, wrappers, slot)) for n, v in kwargs.items()]))
+    except _Slow:
+        return _MISS, None
+    active = _active[-1] if _active else None
+    if wrappers:
+        mesh = wrappers[0]._mesh
+        for w in wrappers:
+            if w._mesh is not mesh:
+                return _MISS, None
+        if active is not None and active is not mesh:
+            return _MISS, None
+    else:
+        mesh = active
+        if mesh is None:
+            return _MISS, None
+    entry = info.cache.get(key)
+    if entry is None:
+        return _MISS, key
+    if len(mesh._dead) >= mesh._delete_batch:
+        mesh._send_deletes()
+    location = _location()
+    backend = mesh.backend
+    results: List[int] = []
+    outs = []
+    for d in entry.descs:
+        if type(d) is int:
+            outs.append(wrappers[d])
+        elif d[0] is None:
+            outs.append(d[1])
+        else:
+            ref = backend.new_ref()
+            results.append(ref)
+            outs.append(Tensor(None, mesh, ref, location, d))
+    for k in entry.written:
+        results.append(inputs[k])
+    backend.record(Call(results, entry.blob, inputs, location))
+    if entry.tree is None:
+        return outs[0], None
+    return tree_unflatten(outs, entry.tree), None
 
 
 _infos: Dict[Any, _OpInfo] = {}
@@ -357,6 +480,11 @@ def dispatch(func, args, kwargs):
             f"{info.spec}: needs a mesh tensor's values on the controller (item(), bool(t), "
             "if t: ..., torch.equal). Fetch it with crown.inspect(t) and use the local tensor, "
             "or keep the computation on the mesh (torch.where, ...)")
+    key = None
+    if info.kind == _OP:
+        out, key = _fast(info, args, kwargs)
+        if out is not _MISS:
+            return out
     written = None
     if info.written:
         written = []
@@ -367,7 +495,7 @@ def dispatch(func, args, kwargs):
             elif v is not None:
                 written.append(v)
     return record(info.spec, func, args, kwargs, written=written, lift=info.kind == _LIFT,
-                  local_runs=True)
+                  local_runs=True, cache=(info.cache, key) if key is not None else None)
 
 
 def _describe(fakes: List[torch.Tensor]) -> str:
@@ -376,7 +504,7 @@ def _describe(fakes: List[torch.Tensor]) -> str:
 
 def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bool = False,
            local_runs: bool = False, mesh: Optional[Mesh] = None,
-           location: Optional[str] = None):
+           location: Optional[str] = None, cache=None):
     """Records one Call: checks the inputs, runs fake_fn on their fakes for the
     outputs' metadata, makes refs and wrappers for the new outputs."""
     flat, tree = tree_flatten((args, kwargs))
@@ -458,31 +586,46 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
     flat_out, out_tree = tree_flatten(out)
     results: List[int] = []
     picks: List[int] = []
-    own = {id(w._fake): w for w in wrappers} if wrappers else None
+    descs: List[Any] = []
+    own = {id(w._fake): k for k, w in enumerate(wrappers)} if wrappers else None
     backend = mesh.backend
     for j, o in enumerate(flat_out):
         if isinstance(o, torch.Tensor):
-            w = own.get(id(o)) if own else None
-            if w is not None:
+            k = own.get(id(o)) if own else None
+            if k is not None:
+                w = wrappers[k]
                 if w.shape != o.shape or w.stride() != o.stride():
                     raise RecordError(
                         f"{spec}: an in-place op that changes its tensor's shape or strides is not "
                         "supported on mesh tensors; use its out-of-place form")
                 flat_out[j] = w  # in place (add_) or out=: the input itself, same ref
+                descs.append(k)
             else:
                 if not isinstance(o, FakeTensor) or o.device.type == "meta":
                     o = _as_fake(o, wrappers)
                 ref = backend.new_ref()
                 results.append(ref)
                 picks.append(j)
-                flat_out[j] = Tensor(o, mesh, ref, location)
+                w = flat_out[j] = Tensor(o, mesh, ref, location)
+                descs.append(w._meta)
+        else:
+            descs.append((None, o))
+    written_inputs: List[int] = []
     if written:
         for w in written:
             if isinstance(w, Tensor) and w._ref not in results:
                 results.append(w._ref)
                 picks.append(-slot[w._ref] - 1)
+                written_inputs.append(slot[w._ref])
     wargs, wkwargs = tree_unflatten(wire, tree)
-    backend.record(Call(results, _execute.encode(spec, wargs, wkwargs, picks), inputs, location))
+    blob = _execute.encode(spec, wargs, wkwargs, picks)
+    backend.record(Call(results, blob, inputs, location))
+    if cache is not None:
+        table, key = cache
+        if len(table) >= _CACHE_LIMIT:
+            table.clear()
+        leaf = not isinstance(out, (list, tuple, dict))
+        table[key] = _Entry(blob, tuple(descs), None if leaf else out_tree, tuple(written_inputs))
     return tree_unflatten(flat_out, out_tree)
 
 
