@@ -172,6 +172,13 @@ def test_repeated_ops_use_the_cache_and_stay_right(mesh):
     assert b3.shape == (2,) and b3._fake.shape == (2,) and b3._ref != b2._ref
 
 
+def test_in_place_op_changing_the_shape_is_refused(mesh):
+    with mesh.activate():
+        x = torch.zeros(2, 3)
+        with pytest.raises(ct.RecordError, match="out-of-place"):
+            x.t_()
+
+
 def test_views_alias_on_workers(mesh):
     with mesh.activate():
         x = torch.zeros(2, 3)
@@ -429,6 +436,9 @@ def test_error_needs_values(mesh):
         x = torch.ones(3)
         total = x.sum()
         _unchanged(mesh, lambda: total.item(), LocalValueError, "inspect")
+        _unchanged(mesh, lambda: x.tolist(), LocalValueError)
+        _unchanged(mesh, lambda: x.numpy(), LocalValueError)
+        assert "crown.Tensor" in f"{x.sum()}"  # formatting does not fetch
         positive = x.sum() > 0
         _unchanged(mesh, lambda: bool(positive), LocalValueError)
         _unchanged(mesh, lambda: torch.equal(x, x), LocalValueError)
@@ -549,7 +559,7 @@ def test_dead_tensors_are_deleted_on_workers(mesh):
 def test_thousand_step_loop_keeps_refs_bounded():
     backend = LocalBackend({"procs": 2})
     mesh = Mesh(backend)
-    live, dead = [], []
+    live, dead, objects = [], [], []
     with mesh.activate():
         w = torch.zeros(8, requires_grad=True)
         opt = torch.optim.SGD([w], lr=0.01)
@@ -563,8 +573,11 @@ def test_thousand_step_loop_keeps_refs_bounded():
                 mesh.flush()
                 live.append(backend.live_refs())
                 dead.append(len(mesh._dead))
+                gc.collect()
+                objects.append(sum(1 for o in gc.get_objects() if type(o) is ct.Tensor))
     assert max(live) == min(live), live  # flat: nothing accumulates on the workers
     assert max(dead) <= 64
+    assert max(objects) == min(objects), objects  # and on the controller
     torch.testing.assert_close(inspect(w), torch.full((8,), 1 - 0.98 ** 1000))
 
 

@@ -285,6 +285,16 @@ class Tensor(torch.Tensor):
         return (f"crown.Tensor({state}, shape={tuple(self.shape)}, dtype={self.dtype}, "
                 f"mesh={self._mesh}{grad})")
 
+    def __format__(self, spec: str) -> str:
+        return repr(self)  # torch's would fetch a 0-dim tensor's value
+
+    def _needs_values(self, *args, **kwargs):
+        raise LocalValueError(
+            "a mesh tensor's values live on the workers: fetch them with crown.inspect(t) "
+            "(or crown.fetch_shard(t, **coords).get())")
+
+    numpy = tolist = __array__ = _needs_values
+
     @property
     def mesh(self) -> Mesh:
         return self._mesh
