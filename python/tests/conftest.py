@@ -1,13 +1,58 @@
 """Runs pytest as a crown job: every rank collects the tests (importing the
 test modules, so their actor classes exist on every rank); then rank 0 goes
 on to run them as the controller while the other ranks serve its actors
-until the session ends."""
+until the session ends.
 
-import crown
+Test modules that need no runtime (pure Python, one process: the tensor
+recording tests) say so with `CROWN_RUNTIME = False`; a session of only such
+modules never bootstraps. When the crown package on the path has no compiled
+extension (a source tree, a worktree without a build), a copy of a built one
+is put next to it first: $CROWN_EXTENSION, else a build*/python/crown/ of
+this checkout or of the main worktree it belongs to. The copy is git-ignored.
+"""
+
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+
+
+def _provide_extension() -> None:
+    spec = importlib.util.find_spec("crown")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    package = list(spec.submodule_search_locations)[0]
+    if glob.glob(os.path.join(package, "_crown*.so")):
+        return
+    found = [os.environ["CROWN_EXTENSION"]] if os.environ.get("CROWN_EXTENSION") else []
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(package)))
+    roots = [repo]
+    try:
+        common = subprocess.run(["git", "-C", repo, "rev-parse", "--path-format=absolute",
+                                 "--git-common-dir"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        roots.append(os.path.dirname(common))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    for root in roots:
+        found += sorted(glob.glob(os.path.join(root, "build*", "python", "crown", "_crown*.so")))
+    if found:
+        shutil.copy2(found[0], package)
+
+
+_provide_extension()
+
+import crown  # noqa: E402
+
+
+def _needs_runtime(session) -> bool:
+    return any(getattr(item.module, "CROWN_RUNTIME", True) for item in session.items)
 
 
 def pytest_collection_finish(session):
-    crown.init()  # workers serve here and exit when the controller is done
+    if _needs_runtime(session):
+        crown.init()  # workers serve here and exit when the controller is done
 
 
 _status = {"code": 0}
@@ -19,4 +64,5 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_unconfigure(config):
     # After the summary is printed: with a rank lost, shutdown exits at once.
-    crown.shutdown(_status["code"])
+    if crown._crown.initialised():
+        crown.shutdown(_status["code"])

@@ -1,0 +1,131 @@
+"""The worker side of a Call: execute(blob, inputs, context) runs one recorded
+op with real torch on this rank's shard. Pure: it touches nothing but its
+arguments (and torch's generator, for random ops).
+
+A blob is pickle.dumps((spec, args, kwargs, picks)):
+  spec: "ns::name.overload" for a torch op (resolved through torch.ops), or a
+    dotted path "pkg.mod.func" for a remote function (imported); a function
+    marked with wants_context gets the context as its first argument.
+  args, kwargs: the arguments, with Input(i) standing for inputs[i].
+  picks: for each result ref of the Call, in order: p >= 0 is position p of
+    the flattened output (torch.utils._pytree order); p < 0 is input -p-1
+    (an input the op mutated, returned as itself).
+"""
+
+import importlib
+import pickle
+import traceback
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from .errors import KernelError
+
+
+class Input:
+    """Placeholder in a blob for the i-th input tensor of a Call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __reduce__(self):
+        return (Input, (self.index,))
+
+    def __repr__(self) -> str:
+        return f"Input({self.index})"
+
+
+def wants_context(fn: Callable) -> Callable:
+    """Marks a remote builtin that takes the worker's context (rank, coords) first."""
+    fn._crown_context = True
+    return fn
+
+
+def encode(spec: str, args, kwargs, picks: List[int]) -> bytes:
+    return pickle.dumps((spec, args, kwargs, picks), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def op_name(blob: bytes) -> str:
+    return pickle.loads(blob)[0]
+
+
+_resolved: Dict[str, Tuple[Callable, bool]] = {}
+
+
+def resolve(spec: str) -> Tuple[Callable, bool]:
+    """(callable, takes_context) for an op spec; cached."""
+    hit = _resolved.get(spec)
+    if hit is not None:
+        return hit
+    if "::" in spec:
+        ns, rest = spec.split("::", 1)
+        name, _, overload = rest.partition(".")
+        fn = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+    else:
+        fn = _import_path(spec)
+    hit = (fn, bool(getattr(fn, "_crown_context", False)))
+    _resolved[spec] = hit
+    return hit
+
+
+def _import_path(path: str):
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            continue
+        return obj
+    raise ImportError(f"cannot resolve the function {path!r} on this worker: "
+                      "remote functions must be importable by module path")
+
+
+def execute(blob: bytes, inputs: List[torch.Tensor], context: Any) -> List[torch.Tensor]:
+    """Runs the op of a Call; returns the tensors of its results, in order.
+    context has .rank (int) and .coords (dict label -> index). Raises
+    KernelError (op, message, worker traceback) when the op fails."""
+    spec = "<undecodable blob>"
+    try:
+        spec, args, kwargs, picks = pickle.loads(blob)
+        fn, takes_context = resolve(spec)
+        if inputs:
+            args, kwargs = tree_map(
+                lambda a: inputs[a.index] if type(a) is Input else a, (args, kwargs))
+        out = fn(context, *args, **kwargs) if takes_context else fn(*args, **kwargs)
+        if not picks:
+            return []
+        flat = tree_flatten(out)[0]
+        return [flat[p] if p >= 0 else inputs[-p - 1] for p in picks]
+    except Exception as e:  # noqa: BLE001 - every failure becomes a deferred error
+        raise KernelError(spec, f"{type(e).__name__}: {e}", traceback.format_exc()) from e
+
+
+class Context:
+    """A worker's place in its mesh, as execute() sees it."""
+
+    __slots__ = ("rank", "coords")
+
+    def __init__(self, rank: int, coords: Dict[str, int]):
+        self.rank = rank
+        self.coords = coords
+
+    def __repr__(self) -> str:
+        return f"Context(rank={self.rank}, coords={self.coords})"
+
+
+@wants_context
+def mesh_rank(context, dims, sizes) -> torch.Tensor:
+    """This worker's index along dims (labels, raveled row-major in the order
+    given; sizes are theirs), as a 0-dim int64 tensor."""
+    index = 0
+    for d, n in zip(dims, sizes):
+        index = index * n + context.coords[d]
+    return torch.tensor(index, dtype=torch.long)

@@ -1,0 +1,28 @@
+"""Module-level functions for remote() in the tensor recording tests (the
+workers import remote functions by module path)."""
+
+import torch
+
+
+def scale_rows(x, factor):
+    return x * factor
+
+
+def scale_rows_shape(x, factor):
+    return torch.empty_like(x)
+
+
+def split_halves(x):
+    return x[: x.shape[0] // 2].clone(), x[x.shape[0] // 2:].clone()
+
+
+def fails(x):
+    raise ValueError("deliberate failure in a remote function")
+
+
+def fails_shape(x):
+    return torch.empty_like(x)
+
+
+def make_ones(n):
+    return torch.ones(n)
