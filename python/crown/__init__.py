@@ -30,7 +30,19 @@ import traceback
 from . import _crown
 from .actor import ProcMesh
 
-__all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller"]
+__all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "fetch_shard", "inspect",
+           "remote", "no_mesh", "RemoteException"]
+
+_TENSOR_NAMES = {"fetch_shard", "inspect", "remote", "no_mesh", "RemoteException"}
+
+
+def __getattr__(name):
+    # crown.tensor imports torch: only when a program uses it.
+    if name in _TENSOR_NAMES:
+        from . import tensor
+
+        return getattr(tensor, name)
+    raise AttributeError(f"module 'crown' has no attribute {name!r}")
 
 
 def init(argv=None) -> "Controller":

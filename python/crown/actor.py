@@ -306,6 +306,19 @@ class ProcMesh(_Sliceable):
         local = _crown.spawn(self._shape, name, payload)
         return ActorMesh(self._shape, local, cls, name)
 
+    def activate(self):
+        """``with procs.activate():`` records torch code on these procs
+        (crown.tensor): factories make a shard on every proc, ops on them run
+        there, and results stay there until fetched (crown.fetch_shard,
+        crown.inspect). The first use spawns a tensor engine on every proc."""
+        return self.tensors().activate()
+
+    def tensors(self):
+        """The crown.tensor.Mesh of these procs (for mesh.rank(dims), flush())."""
+        from .tensor._engine import mesh_of
+
+        return mesh_of(self._shape)
+
     def __repr__(self):
         return f"ProcMesh({self._shape})"
 

@@ -122,37 +122,37 @@ class TensorFetch {
   Future<FetchReply> future_;
 };
 
-// The "torch" kernel: fn(blob, inputs, rank, coords) -> list of tensors,
-// on the engine's thread with the GIL. A Python exception becomes a
-// KernelError with its traceback; its crown_op attribute names the op.
-void registerTorchKernel(py::object fn) {
-  auto shared = std::make_shared<py::object>(std::move(fn));
-  registerKernel("torch", [shared](KernelContext& context, const std::vector<LocalTensor>& inputs) {
-    Gil gil;
-    try {
-      py::list args;
-      for (const LocalTensor& input : inputs) args.append(toPython(input));
-      py::dict coords;
-      for (const auto& [label, index] : context.coords) coords[py::str(label)] = index;
-      py::object out = (*shared)(py::bytes(context.call.blob), args, context.rank, coords);
-      std::vector<LocalTensor> results;
-      for (py::handle tensor : out) results.push_back(fromTorch(tensor));
-      return results;
-    } catch (py::error_already_set& e) {
-      std::string op = context.call.kernel;
-      if (py::hasattr(e.value(), "crown_op")) op = py::str(e.value().attr("crown_op"));
-      std::string message = std::string(py::str(e.type().attr("__name__"))) + ": " +
-                            std::string(py::str(e.value()));
-      std::string traceback;
-      try {
-        py::object lines = py::module_::import("traceback")
-                               .attr("format_exception")(e.type(), e.value(), e.trace());
-        traceback = py::str("").attr("join")(lines).cast<std::string>();
-      } catch (...) {  // NOLINT: the message alone still says what failed
-      }
-      throw KernelError(op, message, traceback);
+// The "torch" kernel: crown.tensor._worker.run(blob, inputs, rank, coords)
+// -> list of tensors, on the engine's thread with the GIL; imported on the
+// first torch command, so that `import crown` does not import torch. A
+// Python exception becomes a KernelError; crown.tensor's KernelError brings
+// its op, message and worker traceback.
+std::vector<LocalTensor> runTorchKernel(KernelContext& context,
+                                        const std::vector<LocalTensor>& inputs) {
+  Gil gil;
+  try {
+    // Leaked on purpose: it would be freed after the interpreter at exit.
+    static py::object* run = new py::object(py::module_::import("crown.tensor._worker").attr("run"));
+    py::list args;
+    for (const LocalTensor& input : inputs) args.append(toPython(input));
+    py::dict coords;
+    for (const auto& [label, index] : context.coords) coords[py::str(label)] = index;
+    py::object out = (*run)(py::bytes(context.call.blob), args, context.rank, coords);
+    std::vector<LocalTensor> results;
+    for (py::handle tensor : out) results.push_back(fromTorch(tensor));
+    return results;
+  } catch (py::error_already_set& e) {
+    py::object value = e.value();
+    if (py::hasattr(value, "op") && py::hasattr(value, "traceback") &&
+        py::hasattr(value, "message")) {
+      throw KernelError(py::str(value.attr("op")), py::str(value.attr("message")),
+                        py::str(value.attr("traceback")));
     }
-  });
+    throw KernelError(context.call.kernel,
+                      std::string(py::str(e.type().attr("__name__"))) + ": " +
+                          std::string(py::str(value)),
+                      "");
+  }
 }
 
 }  // namespace
@@ -205,8 +205,28 @@ void bindTensor(py::module_& m) {
           py::arg("kind"), py::arg("reduction"), py::arg("dims"), py::arg("source"),
           py::arg("result"), py::arg("root") = 0, py::arg("origin") = "")
       .def("drop", &TensorClient::drop)
+      .def(
+          "delete",
+          [](TensorClient& client, std::vector<RefId> refs) {
+            py::gil_scoped_release release;
+            client.record(Delete{std::move(refs)});
+          },
+          "Records the deletion of refs on every proc, in order with the other commands.")
       .def("flush", &TensorClient::flush, py::call_guard<py::gil_scoped_release>())
-      .def("sync", &TensorClient::sync, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "sync",
+          [](TensorClient& client) {
+            std::vector<EngineStats> stats;
+            {
+              py::gil_scoped_release release;
+              stats = client.sync();
+            }
+            py::list out;
+            for (const auto& s : stats) out.append(py::dict(py::arg("commands") = s.commands,
+                                                            py::arg("refs") = s.refs));
+            return out;
+          },
+          "Waits for every engine; returns each one's {commands, refs}, by rank in the mesh.")
       .def(
           "fetch",
           [](TensorClient& client, RefId ref, std::size_t rank) {
@@ -215,8 +235,7 @@ void bindTensor(py::module_& m) {
           },
           py::arg("ref"), py::arg("rank"));
 
-  m.def("register_torch_kernel", &registerTorchKernel,
-        "Sets the function every engine of this process runs for the 'torch' kernel.");
+  registerKernel("torch", runTorchKernel);
   m.def("tensor_kernels", &kernelNames, "The names of the registered kernels.");
 }
 

@@ -203,7 +203,9 @@ def np_reduce(stack, reduction):
 
 
 def groups(dims):
-    """rank lists reduced together, ordered row-major by their coords along dims."""
+    """rank lists reduced together, ordered row-major by their coords along
+    dims, in the mesh's order of the dims (whatever order they were named in)."""
+    dims = tuple(d for d in COORDS[0] if d in dims)
     out = {}
     for rank, c in enumerate(COORDS):
         key = tuple(v for k, v in c.items() if k not in dims)
@@ -493,6 +495,18 @@ def test_worker_op_failure_is_a_remote_exception(mesh):
 
 
 # --- remote ------------------------------------------------------------------------
+
+
+def test_a_propagate_that_returns_its_input_still_makes_a_new_tensor(mesh):
+    # `propagate=lambda x: x` says "shaped like x"; the function's output is
+    # its own tensor, not x written in place.
+    doubled = remote(helpers.double, propagate=lambda x: x)
+    with mesh.activate():
+        x = torch.ones(3)
+        y = doubled(x)
+    assert y._ref != x._ref
+    torch.testing.assert_close(inspect(y), torch.full((3,), 2.0))
+    torch.testing.assert_close(inspect(x), torch.ones(3))
 
 
 def test_remote_callable_and_dotted_path(mesh):

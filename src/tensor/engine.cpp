@@ -115,7 +115,7 @@ Engine::Engine(std::uint64_t seed) {
     for (const Command& command : batch.commands) impl_->run(command);
   });
   handle<FetchShard>([this](const FetchShard& fetch) { return impl_->fetch(fetch.ref); });
-  handle<Sync>([this](const Sync&) { return impl_->ran; });
+  handle<Sync>([this](const Sync&) { return EngineStats{impl_->ran, impl_->refs.size()}; });
 }
 
 Engine::~Engine() = default;

@@ -69,9 +69,9 @@ Future<LocalTensor> TensorClient::fetch(RefId ref, std::size_t rank) {
   });
 }
 
-void TensorClient::sync() {
+std::vector<EngineStats> TensorClient::sync() {
   flush();
-  engines_.call<std::uint64_t>(Sync{}).get();
+  return engines_.call<EngineStats>(Sync{}).get().values();
 }
 
 TensorMesh::TensorMesh(const ProcMesh& procs, std::uint64_t seed)

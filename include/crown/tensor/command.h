@@ -154,11 +154,19 @@ struct FetchReply {
   }
 };
 
-/// Answers (with the count of commands this engine ran) once every command
-/// sent before it has run.
+/// Answers (with the engine's EngineStats) once every command sent before
+/// it has run.
 struct Sync {
   template <class Archive>
   void serialize(Archive&, unsigned) {}
+};
+struct EngineStats {
+  std::uint64_t commands = 0;  ///< run since the engine started
+  std::uint64_t refs = 0;      ///< defined (or poisoned) now
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& commands& refs;
+  }
 };
 
 }  // namespace crown::tensor
@@ -167,3 +175,4 @@ CROWN_MESSAGE(crown::tensor::CommandBatch, "crown::tensor::CommandBatch");
 CROWN_MESSAGE(crown::tensor::FetchShard, "crown::tensor::FetchShard");
 CROWN_MESSAGE(crown::tensor::FetchReply, "crown::tensor::FetchReply");
 CROWN_MESSAGE(crown::tensor::Sync, "crown::tensor::Sync");
+CROWN_MESSAGE(crown::tensor::EngineStats, "crown::tensor::EngineStats");

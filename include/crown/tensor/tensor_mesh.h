@@ -44,8 +44,9 @@ class TensorClient {
   Future<FetchReply> fetchReply(RefId ref, std::size_t rank);
   /// fetchReply() as a tensor; a poisoned ref fails it with RemoteError.
   Future<LocalTensor> fetch(RefId ref, std::size_t rank);
-  /// Flushes and waits until every engine has run every command so far.
-  void sync();
+  /// Flushes and waits until every engine has run every command so far;
+  /// returns each engine's stats, by rank in the mesh (row-major).
+  std::vector<EngineStats> sync();
 
  private:
   ActorMesh<Engine> engines_;

@@ -34,7 +34,7 @@ class Reduce:
 
     reduction: sum, avg, min, max, product or stack (allgather along a new
     leading dim of size prod(dims), ranks in row-major order of their
-    coordinates along dims, in the order dims are given). scatter=True: the
+    coordinates along dims, in the mesh's order of the dims). scatter=True: the
     reduced tensor is split along dim 0 into prod(dims) equal chunks and each
     rank keeps its own (reduce-scatter; with stack, all-to-all). In place
     (reduce_): result == source.

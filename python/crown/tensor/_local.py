@@ -139,7 +139,9 @@ class LocalBackend:
 
     def _groups(self, dims: Tuple[str, ...]) -> List[List[int]]:
         # Ranks sharing their coordinates off dims; within one, ordered by the
-        # coordinates along dims, row-major in the order dims are given.
+        # coordinates along dims, row-major in the mesh's order of the dims
+        # (as the engine's communicators are).
+        dims = tuple(d for d in self._shape if d in dims)
         groups: Dict[tuple, List[Tuple[tuple, int]]] = {}
         for ctx in self.contexts:
             key = tuple(v for k, v in ctx.coords.items() if k not in dims)

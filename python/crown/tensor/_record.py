@@ -597,11 +597,19 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
     results: List[int] = []
     picks: List[int] = []
     descs: List[Any] = []
+    # An aten op that returns its input's fake wrote into that input (add_,
+    # out=). A remote function's propagate that returns an input only says
+    # the output is shaped like it: a new tensor.
+    aten = "::" in spec
     own = {id(w._fake): k for k, w in enumerate(wrappers)} if wrappers else None
     backend = mesh.backend
     for j, o in enumerate(flat_out):
         if isinstance(o, torch.Tensor):
             k = own.get(id(o)) if own else None
+            if k is not None and not aten:
+                with fake_mode():
+                    o = torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device)
+                k = None
             if k is not None:
                 w = wrappers[k]
                 if w.shape != o.shape or w.stride() != o.stride():

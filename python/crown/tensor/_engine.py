@@ -1,0 +1,102 @@
+"""EngineBackend: the Backend of crown.tensor over crown's C++ tensor engines
+(one on every proc of a ProcMesh, spawned when the mesh is first activated).
+
+Recorded commands become engine commands: a Call runs the engine's "torch"
+kernel (crown.tensor._worker), a Reduce one of its MPI collectives, a
+Delete forgets refs. The C++ client batches them into one cast per flush
+(and every CROWN_TENSOR_BATCH commands); a fetch flushes first.
+"""
+
+import threading
+from typing import Dict, Tuple
+
+import torch
+
+from .. import _crown
+from ._commands import Call, Delete, Reduce
+from ._record import Mesh, suspended
+from .errors import RemoteException
+
+
+def _collective(command: Reduce) -> tuple:
+    """(kind, reduction) of the engine for a Reduce."""
+    if command.reduction == "stack":
+        return ("all_to_all" if command.scatter else "allgather"), "sum"
+    return ("reduce_scatter" if command.scatter else "allreduce"), command.reduction
+
+
+class EngineFuture:
+    """A fetched shard to come; get() raises RemoteException for a poisoned one."""
+
+    def __init__(self, fetch):
+        self._fetch = fetch
+
+    def get(self, timeout=None) -> torch.Tensor:
+        outcome = self._fetch.get(timeout)
+        if outcome[0] == "ok":
+            with suspended():  # a local tensor, even inside activate()
+                return torch.from_numpy(outcome[1])
+        _, op, rank, message, traceback, location = outcome
+        raise RemoteException(op, rank, message, traceback, location)
+
+    result = get
+
+    def done(self) -> bool:
+        return self._fetch.done()
+
+
+class EngineBackend:
+    def __init__(self, shape: "_crown.Shape", *, seed: int = 0):
+        self._client = _crown.TensorClient(shape, seed)
+        self._shape: Dict[str, int] = dict(shape.sizes)
+        self._ranks = shape.ranks()  # mesh index (row-major) -> world rank
+
+    @property
+    def shape(self) -> Dict[str, int]:
+        return dict(self._shape)
+
+    def new_ref(self) -> int:
+        return self._client.new_ref()
+
+    def record(self, command) -> None:
+        kind = type(command)
+        if kind is Call:
+            self._client.call("torch", command.inputs, command.results, command.blob,
+                              command.location)
+        elif kind is Reduce:
+            collective, reduction = _collective(command)
+            # The engine orders a group's members by the mesh's own order of
+            # the dims, whatever order they were named in.
+            dims = [d for d in self._shape if d in command.dims]
+            self._client.collective(collective, reduction, dims, command.source, command.result,
+                                    0, command.location)
+        elif kind is Delete:
+            self._client.delete(command.refs)
+        else:
+            raise TypeError(f"unknown tensor command {command!r}")
+
+    def flush(self) -> None:
+        self._client.flush()
+
+    def fetch(self, ref: int, rank: int) -> EngineFuture:
+        return EngineFuture(self._client.fetch(ref, self._ranks[rank]))
+
+    def sync(self):
+        """Waits until every engine has run every command recorded so far;
+        returns each engine's {"commands", "refs"}, by rank in the mesh."""
+        return self._client.sync()
+
+
+_meshes: Dict[Tuple, Mesh] = {}
+_meshes_lock = threading.Lock()
+
+
+def mesh_of(shape: "_crown.Shape") -> Mesh:
+    """The tensor Mesh of the procs of `shape`: made (its engines spawned) on
+    first use, then the same one for every ProcMesh of that shape."""
+    key = (tuple(shape.labels), tuple(shape.ranks()))
+    with _meshes_lock:
+        mesh = _meshes.get(key)
+        if mesh is None:
+            mesh = _meshes[key] = Mesh(EngineBackend(shape))
+        return mesh

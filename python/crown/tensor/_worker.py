@@ -1,0 +1,28 @@
+"""What every rank's tensor engine runs for a recorded torch op (the C++
+"torch" kernel calls run() on the engine's thread, with the GIL).
+
+Inputs arrive as torch tensors (those torch ops made, handed back as they
+are) or as numpy arrays over the engine's memory (native kernels' results),
+which become torch tensors without a copy. torch's generator is seeded once
+per process with CROWN_TENSOR_SEED (default 0) plus the rank, so every rank
+draws its own numbers and a run repeats them.
+"""
+
+import os
+from typing import Dict, List
+
+import numpy
+import torch
+
+from ._execute import Context, execute
+
+_seeded = False
+
+
+def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) -> List[torch.Tensor]:
+    global _seeded
+    if not _seeded:
+        torch.manual_seed(int(os.environ.get("CROWN_TENSOR_SEED", "0")) + rank)
+        _seeded = True
+    tensors = [torch.from_numpy(x) if isinstance(x, numpy.ndarray) else x for x in inputs]
+    return execute(blob, tensors, Context(rank, coords))
