@@ -1,0 +1,82 @@
+"""tensor_dispatch: 10,000 small elementwise ops recorded inside
+procs.activate() and run by the engines of every proc, beside the same ops
+in eager torch on one process:
+  eager   z = z * 0.5 + 1 on a 16-element tensor, 10,000 times, in plain torch
+  crown   the same loop inside procs.activate(): the controller's cost per op
+          (recording, amortised: loop time / ops), and per op to completion
+          on every proc (loop plus a sync that waits for every engine)
+Prints µs per op and the ratios to eager. Goals (issue 11): at most 5 µs
+per op at the controller, and to completion within 2x of eager torch.
+
+Run (from the repository root):
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=build/python \
+    mpirun --oversubscribe -n 4 -x PYTHONPATH /usr/bin/python3 bench/tensor_dispatch.py \
+    [results dir or file.json]
+Results: bench/results/tensor_dispatch.json (or argv[1], or $CROWN_BENCH_RESULTS).
+"""
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import crown
+
+BENCH = "tensor_dispatch"
+STEPS = 5000  # two ops per step (mul, add): 10,000 ops
+OPS = 2 * STEPS
+RUNS = 3
+
+
+def eager():
+    z = torch.ones(16)
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        z = z * 0.5 + 1
+    return (time.perf_counter() - start) / OPS
+
+
+def on_mesh(procs):
+    mesh = procs.tensors()
+    with procs.activate():
+        z = torch.ones(16)
+        for _ in range(100):  # warm-up: the engines' first use, the recording caches
+            z = z * 0.5 + 1
+    mesh.backend.sync()
+    start = time.perf_counter()
+    with procs.activate():
+        for _ in range(STEPS):
+            z = z * 0.5 + 1
+        recorded = time.perf_counter()
+    mesh.backend.sync()
+    done = time.perf_counter()
+    assert abs(float(crown.inspect(z)[0]) - 2.0) < 1e-3  # the fixed point of z * 0.5 + 1
+    return (recorded - start) / OPS, (done - start) / OPS
+
+
+def main():
+    procs = crown.world()
+    eager_t = statistics.median(eager() for _ in range(RUNS))
+    runs = [on_mesh(procs) for _ in range(RUNS)]
+    record_t = statistics.median(r[0] for r in runs)
+    done_t = statistics.median(r[1] for r in runs)
+    print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs")
+    print(f"  eager torch, one process:  {eager_t * 1e6:7.2f} µs/op")
+    print(f"  crown, at the controller:  {record_t * 1e6:7.2f} µs/op ({record_t / eager_t:.2f}x eager)")
+    print(f"  crown, to completion:      {done_t * 1e6:7.2f} µs/op ({done_t / eager_t:.2f}x eager)")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
+        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
+    if not out.endswith(".json"):
+        out = os.path.join(out, BENCH + ".json")
+    with open(out, "w") as f:
+        json.dump({"bench": BENCH, "ranks": len(procs), "ops": OPS, "host": platform.node(),
+                   "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
+                   "controller_us": record_t * 1e6, "completion_us": done_t * 1e6}, f, indent=1)
+    print(f"results: {out}")
+
+
+crown.run(main)
