@@ -155,6 +155,14 @@ std::vector<LocalTensor> runTorchKernel(KernelContext& context,
   }
 }
 
+// Recording costs microseconds: the GIL is let go only for a flush (which
+// may wait, FLO-1), not for every command.
+void appendOrFlush(TensorClient& client, Command command) {
+  if (!client.append(std::move(command))) return;
+  py::gil_scoped_release release;
+  client.flush();
+}
+
 }  // namespace
 
 void bindTensor(py::module_& m) {
@@ -178,8 +186,7 @@ void bindTensor(py::module_& m) {
             Call call{std::move(kernel), std::move(inputs), std::move(results),
                       scalarFromName(dtype), std::move(ints), std::move(reals),
                       std::string(blob), std::move(origin)};
-            py::gil_scoped_release release;  // a full batch flushes, which may wait (FLO-1)
-            client.record(std::move(call));
+            appendOrFlush(client, std::move(call));
           },
           py::arg("kernel"), py::arg("inputs"), py::arg("results"), py::arg("blob") = py::bytes(),
           py::arg("origin") = "", py::arg("dtype") = "float32",
@@ -199,8 +206,7 @@ void bindTensor(py::module_& m) {
             if (it == kinds.end()) throw py::value_error("unknown collective '" + kind + "'");
             Collective c{it->second, reductionFromName(reduction), std::move(dims), source, result,
                          root, std::move(origin)};
-            py::gil_scoped_release release;
-            client.record(std::move(c));
+            appendOrFlush(client, std::move(c));
           },
           py::arg("kind"), py::arg("reduction"), py::arg("dims"), py::arg("source"),
           py::arg("result"), py::arg("root") = 0, py::arg("origin") = "")
@@ -208,8 +214,7 @@ void bindTensor(py::module_& m) {
       .def(
           "delete",
           [](TensorClient& client, std::vector<RefId> refs) {
-            py::gil_scoped_release release;
-            client.record(Delete{std::move(refs)});
+            appendOrFlush(client, Delete{std::move(refs)});
           },
           "Records the deletion of refs on every proc, in order with the other commands.")
       .def("flush", &TensorClient::flush, py::call_guard<py::gil_scoped_release>())

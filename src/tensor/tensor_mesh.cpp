@@ -25,13 +25,13 @@ RefId TensorClient::newRef() {
 }
 
 void TensorClient::record(Command command) {
-  bool full;
-  {
-    std::lock_guard lock(mutex_);
-    pending_.commands.push_back(std::move(command));
-    full = pending_.commands.size() >= batchLimit_;
-  }
-  if (full) flush();
+  if (append(std::move(command))) flush();
+}
+
+bool TensorClient::append(Command command) {
+  std::lock_guard lock(mutex_);
+  pending_.commands.push_back(std::move(command));
+  return pending_.commands.size() >= batchLimit_;
 }
 
 void TensorClient::drop(RefId ref) {

@@ -36,6 +36,9 @@ class TensorClient {
   RefId newRef();
   /// Appends to the batch; flushes when it is full.
   void record(Command command);
+  /// Appends to the batch without flushing; true when the batch is now full
+  /// (the caller flushes: a front end that must not block while it holds a lock).
+  bool append(Command command);
   /// Deletes `ref` on every proc with the next flush.
   void drop(RefId ref);
   /// Casts the pending batch to every engine.

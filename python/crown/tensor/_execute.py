@@ -88,20 +88,61 @@ def _import_path(path: str):
                       "remote functions must be importable by module path")
 
 
+class _Decoded:
+    """A blob, unpickled once, with what execute() needs to run it fast."""
+
+    __slots__ = ("spec", "args", "kwargs", "picks", "slots", "fn", "takes_context")
+
+    def __init__(self, blob: bytes):
+        self.spec = "<undecodable blob>"
+        self.spec, self.args, self.kwargs, self.picks = pickle.loads(blob)
+        self.fn, self.takes_context = resolve(self.spec)
+        # The common case: placeholders only among the top-level positional
+        # arguments, which a list assignment fills (no pytree walk per op).
+        self.slots = None
+        nested = [a for a in self.args if type(a) is not Input]
+        if not any(type(a) is Input for a in tree_flatten((nested, self.kwargs))[0]):
+            self.slots = [(i, a.index) for i, a in enumerate(self.args) if type(a) is Input]
+
+
+_decoded: Dict[bytes, _Decoded] = {}  # a loop records the same blobs again and again
+_DECODED_LIMIT = 4096
+
+
+def decode(blob: bytes) -> _Decoded:
+    hit = _decoded.get(blob)
+    if hit is None:
+        hit = _Decoded(blob)
+        # Not a blob that carries a tensor (torch.tensor(data)): the op may
+        # hand it out as its result, and a later in-place op change it.
+        if not any(isinstance(a, torch.Tensor) for a in tree_flatten((hit.args, hit.kwargs))[0]):
+            if len(_decoded) >= _DECODED_LIMIT:
+                _decoded.clear()
+            _decoded[blob] = hit
+    return hit
+
+
 def execute(blob: bytes, inputs: List[torch.Tensor], context: Any) -> List[torch.Tensor]:
     """Runs the op of a Call; returns the tensors of its results, in order.
     context has .rank (int) and .coords (dict label -> index). Raises
     KernelError (op, message, worker traceback) when the op fails."""
     spec = "<undecodable blob>"
     try:
-        spec, args, kwargs, picks = pickle.loads(blob)
-        fn, takes_context = resolve(spec)
-        if inputs:
+        op = decode(blob)
+        spec, args, kwargs, picks = op.spec, op.args, op.kwargs, op.picks
+        if op.slots is not None:
+            if op.slots:
+                args = list(args)
+                for position, index in op.slots:
+                    args[position] = inputs[index]
+        elif inputs:
             args, kwargs = tree_map(
                 lambda a: inputs[a.index] if type(a) is Input else a, (args, kwargs))
-        out = fn(context, *args, **kwargs) if takes_context else fn(*args, **kwargs)
+        out = op.fn(context, *args, **kwargs) if op.takes_context else op.fn(*args, **kwargs)
         if not picks:
             return []
+        if picks == [0] and isinstance(out, torch.Tensor):
+            return [out]
         flat = tree_flatten(out)[0]
         return [flat[p] if p >= 0 else inputs[-p - 1] for p in picks]
     except Exception as e:  # noqa: BLE001 - every failure becomes a deferred error

@@ -17,6 +17,7 @@ import torch
 from ._execute import Context, execute
 
 _seeded = False
+_contexts: Dict[int, Context] = {}  # by rank: one per engine of this process
 
 
 def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) -> List[torch.Tensor]:
@@ -24,5 +25,10 @@ def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) ->
     if not _seeded:
         torch.manual_seed(int(os.environ.get("CROWN_TENSOR_SEED", "0")) + rank)
         _seeded = True
-    tensors = [torch.from_numpy(x) if isinstance(x, numpy.ndarray) else x for x in inputs]
-    return execute(blob, tensors, Context(rank, coords))
+    context = _contexts.get(rank)
+    if context is None:
+        context = _contexts[rank] = Context(rank, coords)
+    for i, x in enumerate(inputs):
+        if type(x) is numpy.ndarray:
+            inputs[i] = torch.from_numpy(x)
+    return execute(blob, inputs, context)
