@@ -8,6 +8,7 @@
 
 #include "crown/actor/mpi_service.h"
 #include "crown/common/error.h"
+#include "crown/tensor/device_collectives.h"
 
 namespace crown::tensor::detail {
 namespace {
@@ -133,9 +134,12 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   } else {
     input = std::get<LocalTensor>(*source);
     try {
-      mpiType(input.dtype());
-      CROWN_CHECK(input.device().kind == DeviceKind::cpu,
-                  "MPI collectives take CPU tensors (GPU ones go over NCCL)");
+      if (input.device().kind == DeviceKind::cpu) {
+        mpiType(input.dtype());
+      } else if (!findDeviceCollectives(input.device().kind)) {
+        throw ConfigError(input.describe() + " is on a GPU, and this build of crown has no GPU "
+                          "collectives (configure with CROWN_WITH_NCCL=ON)");
+      }
       bool blocks = command.kind == CollectiveKind::reduceScatter ||
                     command.kind == CollectiveKind::alltoall;
       if (blocks && (input.dims() == 0 || input.shape()[0] % static_cast<std::int64_t>(g->size))) {
@@ -205,6 +209,12 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
 LocalTensor Collectives::move(const Collective& command, const Group& g,
                               const LocalTensor& input) {
   MpiService& mpi = proc_.mpi();
+  if (input.device().kind != DeviceKind::cpu) {
+    auto index = static_cast<std::size_t>(
+        std::find(g.members.begin(), g.members.end(), proc_.rank()) - g.members.begin());
+    return findDeviceCollectives(input.device().kind)
+        ->run(command, CollectiveGroup{mpi, g.comm, g.members, index}, input);
+  }
   LocalTensor dense = command.kind == CollectiveKind::allreduce ? input : input.contiguousCopy();
   auto members = static_cast<std::int64_t>(g.size);
   DType type = mpiType(input.dtype());

@@ -5,6 +5,7 @@
 
 #include "crown/common/log.h"
 #include "crown/mesh/point.h"
+#include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
 #include "tensor/collectives.h"
 #include "tensor/native_kernels.h"
@@ -83,6 +84,16 @@ struct Engine::Impl {
     }
   }
 
+  static LocalTensor onHost(const LocalTensor& tensor) {
+    if (tensor.device().kind == DeviceKind::cpu) return tensor;
+    auto device = findDeviceCollectives(tensor.device().kind);
+    if (!device) {
+      throw ConfigError(tensor.describe() + " is on a GPU, and this build of crown cannot copy "
+                        "it to the host (configure with CROWN_WITH_NCCL=ON)");
+    }
+    return device->toHost(tensor);
+  }
+
   FetchReply fetch(RefId ref) const {
     FetchReply reply;
     const RefTable::Value* value = refs.find(ref);
@@ -93,8 +104,12 @@ struct Engine::Impl {
     } else if (auto* poison = std::get_if<RefTable::Poison>(value)) {
       reply.failure = **poison;
     } else {
-      reply.ok = true;
-      reply.data = toData(std::get<LocalTensor>(*value));
+      try {
+        reply.data = toData(onHost(std::get<LocalTensor>(*value)));
+        reply.ok = true;
+      } catch (const std::exception& e) {
+        reply.failure = *failure("fetch", e.what(), "");
+      }
     }
     return reply;
   }

@@ -1,9 +1,11 @@
-// The process-wide registry of kernels by name. Kernels are code, the same
-// on every proc of a process, so one registry serves every engine.
+// The process-wide registries of kernels by name and of device collectives
+// by device. Both are code, the same on every proc of a process, so one
+// registry serves every engine.
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
+#include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
 
 namespace crown::tensor {
@@ -41,6 +43,30 @@ std::vector<std::string> kernelNames() {
   for (const auto& [name, kernel] : r.kernels) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+namespace {
+struct DeviceRegistry {
+  std::mutex mutex;
+  std::unordered_map<int, std::shared_ptr<DeviceCollectives>> byKind;
+};
+DeviceRegistry& devices() {
+  static DeviceRegistry instance;
+  return instance;
+}
+}  // namespace
+
+void registerDeviceCollectives(DeviceKind kind, std::shared_ptr<DeviceCollectives> collectives) {
+  auto& r = devices();
+  std::lock_guard lock(r.mutex);
+  r.byKind[static_cast<int>(kind)] = std::move(collectives);
+}
+
+std::shared_ptr<DeviceCollectives> findDeviceCollectives(DeviceKind kind) {
+  auto& r = devices();
+  std::lock_guard lock(r.mutex);
+  auto it = r.byKind.find(static_cast<int>(kind));
+  return it == r.byKind.end() ? nullptr : it->second;
 }
 
 }  // namespace crown::tensor

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
 #include "crown/tensor/tensor_mesh.h"
 #include "support/mpi_harness.h"
@@ -23,13 +24,46 @@ constexpr std::int64_t kBlock = 3;  // elements per member block
 // Rank r holds r * 100 + i + 1 at index i (float64: every sum and product
 // here stays exact). ints = shape; the length can grow with the rank
 // (reals[0] elements more per rank) to make inputs that differ.
+// A stand-in GPU for the device seam: its "device memory" is host memory,
+// its allreduce goes over the group's MPI communicator, and it counts its
+// calls, so the test sees the engine hand device shards to it.
+struct FakeGpu final : DeviceCollectives {
+  LocalTensor run(const Collective& command, const CollectiveGroup& group,
+                  const LocalTensor& input) override {
+    ++runs;
+    CROWN_CHECK(command.kind == CollectiveKind::allreduce, "the fake GPU only allreduces");
+    LocalTensor out = LocalTensor::allocate(input.dtype(), input.shape());
+    out.assign(onCpu(input).contiguousCopy());
+    group.mpi.allreduce(group.comm, out.data(), out.numel(), DType::f64, ReduceOp::sum).get();
+    return onGpu(out);
+  }
+  LocalTensor toHost(const LocalTensor& tensor) override { return onCpu(tensor); }
+  static LocalTensor onGpu(const LocalTensor& t) {
+    return LocalTensor::wrap(t.dtype(), t.shape(), t.strides(), t.data(), t.owner(),
+                             Device{DeviceKind::cuda, 0});
+  }
+  static LocalTensor onCpu(const LocalTensor& t) {
+    return LocalTensor::wrap(t.dtype(), t.shape(), t.strides(), t.data(), t.owner());
+  }
+  std::atomic<int> runs{0};
+};
+
+std::shared_ptr<FakeGpu> fakeGpu() {
+  static auto fake = std::make_shared<FakeGpu>();
+  return fake;
+}
+
 const bool kRegistered = [] {
+  registerDeviceCollectives(DeviceKind::cuda, fakeGpu());  // on every rank, before any engine
   registerKernel("test.rank_values", [](KernelContext& c, const std::vector<LocalTensor>&) {
     auto shape = c.call.ints;
     if (!c.call.reals.empty()) shape[0] += static_cast<std::int64_t>(c.call.reals[0]) * c.rank;
     LocalTensor t = LocalTensor::allocate(ScalarType::f64, shape);
     for (std::int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = c.rank * 100.0 + i + 1;
     return std::vector<LocalTensor>{t};
+  });
+  registerKernel("test.to_fake_gpu", [](KernelContext&, const std::vector<LocalTensor>& in) {
+    return std::vector<LocalTensor>{FakeGpu::onGpu(in.at(0).contiguousCopy())};
   });
   registerKernel("test.fails_on_rank", [](KernelContext& c, const std::vector<LocalTensor>&) {
     if (c.rank == static_cast<Rank>(c.call.ints.at(0))) throw Error("no data on this rank");
@@ -210,6 +244,15 @@ TEST_F(TensorTest, InputsThatDifferAcrossRanksPoisonTheResult) {
   } catch (const RemoteError& e) {
     EXPECT_NE(std::string(e.what()).find("inputs differ"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(TensorTest, DeviceShardsGoToTheDevicesCollectivesAndComeBackToTheHostToBeFetched) {
+  int before = fakeGpu()->runs;
+  auto x = rankValues({kBlock});
+  auto onGpu = tm().call("test.to_fake_gpu", {x}, {{{kBlock}, ScalarType::f64}})[0];
+  auto sum = onGpu.reduce("tp");
+  EXPECT_EQ(values(sum.fetch(coordsOf(1)).get(30s)), (std::vector<double>{1 + 101, 2 + 102, 3 + 103}));
+  EXPECT_EQ(fakeGpu()->runs, before + 1);  // rank 0's engine handed its shard to the device
 }
 
 }  // namespace

@@ -135,6 +135,17 @@ TEST_F(EngineTest, CollectivesWithoutMpiFailAtOnceAndTheEngineServesOn) {
   EXPECT_THROW(a.reduce("no-such-dim"), ConfigError);  // refused on the controller
 }
 
+TEST_F(EngineTest, AGpuShardWithoutGpuSupportFailsItsFetchSayingSo) {
+  registerKernel("test.marks_gpu", [](KernelContext&, const std::vector<LocalTensor>& in) {
+    const LocalTensor& t = in.at(0);
+    return std::vector<LocalTensor>{LocalTensor::wrap(t.dtype(), t.shape(), t.strides(), t.data(),
+                                                      t.owner(), Device{DeviceKind::cuda, 0})};
+  });
+  auto onGpu = tm.call("test.marks_gpu", {tm.ones({2})}, {{{2}, ScalarType::f32}})[0];
+  std::string why = failureOf(onGpu.fetch());
+  EXPECT_NE(why.find("cannot copy it to the host"), std::string::npos) << why;
+}
+
 TEST_F(EngineTest, ADroppedTensorIsDeletedOnEveryRank) {
   RefId ref;
   {
