@@ -258,8 +258,8 @@ void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts) {
 }
 
 Comm MpiService::commOver(const std::vector<std::size_t>& sizes,
-                          const std::vector<std::size_t>& dims) {
-  auto key = std::make_pair(sizes, dims);
+                          const std::vector<std::size_t>& dims, std::uint32_t instance) {
+  auto key = std::make_tuple(sizes, dims, instance);
   std::size_t worldSize = 0;
   Rank worldRank = 0;
   {

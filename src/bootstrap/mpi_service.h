@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -53,8 +54,8 @@ class MpiService final : public crown::MpiService {
   Future<void> reduceScatter(Comm comm, const void* send, void* recv, std::size_t countEach,
                              DType type, ReduceOp op) override;
   Future<void> alltoall(Comm comm, const void* send, void* recv, std::size_t bytesEach) override;
-  Comm commOver(const std::vector<std::size_t>& sizes,
-                const std::vector<std::size_t>& dims) override;
+  Comm commOver(const std::vector<std::size_t>& sizes, const std::vector<std::size_t>& dims,
+                std::uint32_t instance = 0) override;
   Rank commRank(Comm comm) const override;
   std::vector<Rank> commMembers(Comm comm) const override;
   const void* nativeComm(Comm comm) const override;
@@ -121,7 +122,8 @@ class MpiService final : public crown::MpiService {
   std::map<Rank, std::string> lost_;  // abandoned peers and why
   std::deque<CommInfo> comms_;        // by Comm id; [0] is the world once adopted (a deque:
                                       // nativeComm's pointers stay valid as it grows)
-  std::map<std::pair<std::vector<std::size_t>, std::vector<std::size_t>>, Comm> along_;
+  std::map<std::tuple<std::vector<std::size_t>, std::vector<std::size_t>, std::uint32_t>, Comm>
+      along_;
   std::vector<std::string> hosts_;
   std::uint64_t nextId_ = 1;
   bool finalized_ = false;

@@ -53,7 +53,8 @@ LocalTensor copyOf(const LocalTensor& source) {
 
 }  // namespace
 
-Collectives::Collectives(Proc& proc, const mesh::Shape& shape) : proc_(proc), shape_(shape) {
+Collectives::Collectives(Proc& proc, const mesh::Shape& shape, std::uint32_t instance)
+    : proc_(proc), shape_(shape), instance_(instance) {
   auto ranks = shape.ranks();
   bool world = ranks.size() == proc.size();
   for (std::size_t i = 0; world && i < ranks.size(); ++i) world = ranks[i] == i;
@@ -105,7 +106,7 @@ const Collectives::Group& Collectives::group(const std::vector<std::string>& dim
   for (const auto& dim : shape_.sizes()) sizes.push_back(dim.second);
   MpiService& mpi = proc_.mpi();
   Group made;
-  made.comm = mpi.commOver(sizes, indices);
+  made.comm = mpi.commOver(sizes, indices, instance_);
   made.members = mpi.commMembers(made.comm);
   made.size = made.members.size();
   return groups_.emplace(indices, std::move(made)).first->second;

@@ -22,7 +22,9 @@ namespace crown::tensor::detail {
 
 class Collectives {
  public:
-  Collectives(Proc& proc, const mesh::Shape& shape);
+  /// `instance`: which copy of the communicators (one per engine stream,
+  /// MpiService::commOver).
+  Collectives(Proc& proc, const mesh::Shape& shape, std::uint32_t instance = 0);
 
   struct Outcome {
     LocalTensor result;          ///< when it ran
@@ -44,6 +46,7 @@ class Collectives {
 
   Proc& proc_;
   mesh::Shape shape_;
+  std::uint32_t instance_;
   std::string unavailable_;  // why there are no collectives here ("" when there are)
   std::map<std::vector<std::size_t>, Group> groups_;
 };

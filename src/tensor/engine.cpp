@@ -1,19 +1,45 @@
-// The engine's handlers: a batch runs command by command; fetch and sync
-// answer after every command before them (they wait behind the batches in
-// the actor's mailbox, ORD-1).
+// The engine's handlers. A batch is dispatched command by command, on the
+// actor's thread, to the streams' threads (each stream runs its commands in
+// order, ORD-1, beside the others); fetch and sync wait behind the batches
+// in the actor's mailbox, then for every stream to run what it was given.
 #include "crown/tensor/engine.h"
 
-#include "crown/common/log.h"
+#include <map>
+
+#include "crown/common/env.h"
 #include "crown/mesh/point.h"
 #include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
 #include "tensor/collectives.h"
 #include "tensor/native_kernels.h"
 #include "tensor/ref_table.h"
+#include "tensor/stream_thread.h"
 
 namespace crown::tensor {
 
+using detail::Latch;
 using detail::RefTable;
+
+namespace {
+
+// What one stream owns: its thread, its communicators, its generator.
+struct Stream {
+  Stream(Proc& proc, const mesh::Shape& shape, StreamId id, std::uint64_t seed,
+         std::size_t bound)
+      : collectives(proc, shape, id), generator(seed ^ (0xD1B54A32D192ED03ull * (id + 1))),
+        thread(bound) {}
+  detail::Collectives collectives;
+  std::mt19937_64 generator;
+  detail::StreamThread thread;  // last: goes first, while the members it uses live
+};
+
+struct BorrowState {
+  StreamId lender = 0, borrower = 0;
+  RefId result = 0;
+  std::shared_ptr<Latch> returned;
+};
+
+}  // namespace
 
 struct Engine::Impl {
   Impl(Proc& proc, mesh::Point point, std::uint64_t seed)
@@ -21,8 +47,73 @@ struct Engine::Impl {
         point(point),
         coords(point.coordinates()),
         // Mixed with the rank so every proc draws its own numbers.
-        generator(seed ^ (0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(point.rank) + 1))),
-        collectives(proc, point.shape) {}
+        seed(seed ^ (0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(point.rank) + 1))),
+        queueBound(static_cast<std::size_t>(env::integer("CROWN_TENSOR_QUEUE", 4096, 1, 1 << 24))) {
+    stream(0);
+  }
+
+  // --- the dispatcher (the actor's thread) ---------------------------------------
+
+  Stream& stream(StreamId id) {
+    auto it = streams.find(id);
+    if (it == streams.end()) {
+      // On every engine at the same command: its communicators are made
+      // collectively here (Collectives' constructor).
+      it = streams.emplace(id, std::make_unique<Stream>(proc, point.shape, id, seed, queueBound))
+               .first;
+    }
+    return *it->second;
+  }
+
+  void dispatch(const Command& command) {
+    if (auto* s = std::get_if<SwitchStream>(&command)) {
+      current = s->stream;
+      stream(current);
+    } else if (auto* b = std::get_if<Borrow>(&command)) {
+      borrow(*b);
+    } else if (auto* r = std::get_if<ReturnBorrow>(&command)) {
+      giveBack(*r);
+    } else {
+      Stream& s = stream(current);
+      s.thread.post([this, &s, command] { run(command, s); });
+    }
+  }
+
+  void borrow(const Borrow& b) {
+    auto lent = std::make_shared<Latch>();
+    stream(b.lender).thread.post([lent] { lent->set(); });  // the tensor as of here
+    stream(current).thread.post([this, lent, b] {
+      lent->wait();
+      auto value = refs.find(b.source);
+      refs.define(b.result, value ? *value
+                                  : RefTable::Value(failure("borrow",
+                                                            "the borrowed ref " +
+                                                                std::to_string(b.source) +
+                                                                " is not defined here",
+                                                            "")));
+    });
+    borrows[b.id] = BorrowState{b.lender, current, b.result, std::make_shared<Latch>()};
+  }
+
+  void giveBack(const ReturnBorrow& r) {
+    auto it = borrows.find(r.id);
+    if (it == borrows.end()) return;  // never lent here (a refused command): nothing to give back
+    BorrowState b = it->second;
+    borrows.erase(it);
+    stream(b.borrower).thread.post([this, b] {
+      refs.erase(b.result);
+      b.returned->set();  // after every borrower command before the return
+    });
+    // The lender's later commands may write the tensor: not before the
+    // borrower is done with it.
+    stream(b.lender).thread.post([b] { b.returned->wait(); });
+  }
+
+  void drainAll() {
+    for (auto& [id, s] : streams) s->thread.drain();
+  }
+
+  // --- a stream's thread --------------------------------------------------------
 
   RefTable::Poison failure(const std::string& op, std::string message, const std::string& origin,
                            std::string traceback = {}) const {
@@ -34,29 +125,31 @@ struct Engine::Impl {
     for (RefId ref : results) refs.poison(ref, poison);
   }
 
-  void run(const Command& command) {
+  void run(const Command& command, Stream& s) {
     ++ran;
-    if (auto* c = std::get_if<Call>(&command)) return call(*c);
+    if (auto* c = std::get_if<Call>(&command)) return call(*c, s);
     if (auto* c = std::get_if<Collective>(&command)) {
-      auto outcome = collectives.run(*c, refs.find(c->source));
+      auto source = refs.find(c->source);
+      auto outcome = s.collectives.run(*c, source ? &*source : nullptr);
       if (outcome.failure) return refs.poison(c->result, outcome.failure);
       return refs.define(c->result, std::move(outcome.result));
     }
     for (RefId ref : std::get<Delete>(command).refs) refs.erase(ref);
   }
 
-  void call(const Call& c) {
+  void call(const Call& c, Stream& s) {
     std::vector<LocalTensor> inputs;
     inputs.reserve(c.inputs.size());
     for (RefId ref : c.inputs) {
-      const RefTable::Value* value = refs.find(ref);
+      auto value = refs.find(ref);
       if (!value) {
         return poisonAll(c.results, failure(c.kernel,
                                             "its input ref " + std::to_string(ref) +
                                                 " is not defined here (dropped, or never made)",
                                             c.origin));
       }
-      if (auto* poison = std::get_if<RefTable::Poison>(value)) return poisonAll(c.results, *poison);
+      if (auto* poison = std::get_if<RefTable::Poison>(&*value))
+        return poisonAll(c.results, *poison);
       inputs.push_back(std::get<LocalTensor>(*value));
     }
     Kernel kernel = findKernel(c.kernel);
@@ -69,7 +162,7 @@ struct Engine::Impl {
                                c.origin));
     }
     try {
-      KernelContext context{c, proc.rank(), coords, generator};
+      KernelContext context{c, proc.rank(), coords, s.generator};
       std::vector<LocalTensor> outputs = kernel(context, inputs);
       if (outputs.size() != c.results.size()) {
         throw Error("it returned " + std::to_string(outputs.size()) + " tensors for " +
@@ -84,6 +177,8 @@ struct Engine::Impl {
     }
   }
 
+  // --- reads, after drainAll() ----------------------------------------------------
+
   static LocalTensor onHost(const LocalTensor& tensor) {
     if (tensor.device().kind == DeviceKind::cpu) return tensor;
     auto device = findDeviceCollectives(tensor.device().kind);
@@ -96,12 +191,12 @@ struct Engine::Impl {
 
   FetchReply fetch(RefId ref) const {
     FetchReply reply;
-    const RefTable::Value* value = refs.find(ref);
+    auto value = refs.find(ref);
     if (!value) {
       reply.failure = *failure("fetch", "ref " + std::to_string(ref) +
                                             " is not defined here (dropped, or never made)",
                                "");
-    } else if (auto* poison = std::get_if<RefTable::Poison>(value)) {
+    } else if (auto* poison = std::get_if<RefTable::Poison>(&*value)) {
       reply.failure = **poison;
     } else {
       try {
@@ -117,28 +212,39 @@ struct Engine::Impl {
   Proc& proc;
   mesh::Point point;
   std::map<std::string, std::size_t> coords;
-  std::mt19937_64 generator;
-  detail::RefTable refs;
-  detail::Collectives collectives;
-  std::uint64_t ran = 0;
+  std::uint64_t seed;
+  std::size_t queueBound;
+  RefTable refs;
+  std::atomic<std::uint64_t> ran{0};
+  // The dispatcher's own.
+  StreamId current = 0;
+  std::map<std::uint64_t, BorrowState> borrows;
+  std::map<StreamId, std::unique_ptr<Stream>> streams;  // last: their threads use the above
 };
 
 Engine::Engine(std::uint64_t seed) {
   detail::registerNativeKernels();
   impl_ = std::make_unique<Impl>(Proc::current(), mesh::here(), seed);
   handle<CommandBatch>([this](const CommandBatch& batch) {
-    for (const Command& command : batch.commands) impl_->run(command);
+    for (const Command& command : batch.commands) impl_->dispatch(command);
   });
-  handle<FetchShard>([this](const FetchShard& fetch) { return impl_->fetch(fetch.ref); });
-  handle<Sync>([this](const Sync&) { return EngineStats{impl_->ran, impl_->refs.size()}; });
+  handle<FetchShard>([this](const FetchShard& fetch) {
+    impl_->drainAll();
+    return impl_->fetch(fetch.ref);
+  });
+  handle<Sync>([this](const Sync&) {
+    impl_->drainAll();
+    return EngineStats{impl_->ran, impl_->refs.size()};
+  });
 }
 
 Engine::~Engine() = default;
 
 LocalTensor Engine::shard(RefId ref) const {
-  const RefTable::Value* value = impl_->refs.find(ref);
+  impl_->drainAll();
+  auto value = impl_->refs.find(ref);
   if (!value) throw Error("ref " + std::to_string(ref) + " is not defined on this proc");
-  if (auto* poison = std::get_if<RefTable::Poison>(value)) throw Error((*poison)->describe());
+  if (auto* poison = std::get_if<RefTable::Poison>(&*value)) throw Error((*poison)->describe());
   return std::get<LocalTensor>(*value);
 }
 

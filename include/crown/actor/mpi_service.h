@@ -155,9 +155,13 @@ class MpiService {
   /// The communicator over several dimensions `dims` (increasing) of the
   /// same mesh: the ranks whose coordinates differ from this rank's in
   /// `dims` only, ordered row-major by their coordinates in `dims`. The
-  /// same rules as commAlong: made once per (sizes, dims), collectively.
+  /// same rules as commAlong: made once per (sizes, dims, instance),
+  /// collectively. Instances are separate communicators of the same ranks:
+  /// collectives posted from different threads (a tensor engine's streams)
+  /// go on different instances, since MPI matches a communicator's
+  /// collectives by their order alone.
   virtual Comm commOver(const std::vector<std::size_t>& sizes,
-                        const std::vector<std::size_t>& dims) = 0;
+                        const std::vector<std::size_t>& dims, std::uint32_t instance = 0) = 0;
   /// This rank's rank in `comm`.
   virtual Rank commRank(Comm comm) const = 0;
   /// The world ranks of `comm`'s members, by their rank in `comm`.

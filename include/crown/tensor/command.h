@@ -75,7 +75,45 @@ struct Delete {
   }
 };
 
-using Command = std::variant<Call, Collective, Delete>;
+using StreamId = std::uint32_t;
+
+/// The commands after this one run on `stream` (0 is the default stream,
+/// one made on first use), until the next SwitchStream. Each stream runs
+/// its commands in order on its own thread, beside the others.
+struct SwitchStream {
+  StreamId stream = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& stream;
+  }
+};
+
+/// Hands `source`, as it is at this point of stream `lender`, to the stream
+/// of this command (the borrower) as `result`. Until ReturnBorrow{id}, the
+/// controller keeps the lender off the tensor (off writing it, for a shared
+/// borrow); the lender's commands after the return wait for the borrower to
+/// be done with it.
+struct Borrow {
+  std::uint64_t id = 0;
+  RefId source = 0;
+  RefId result = 0;
+  StreamId lender = 0;
+  bool mutableBorrow = false;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& id& source& result& lender& mutableBorrow;
+  }
+};
+/// Ends borrow `id` (on the borrower's stream): its result ref goes.
+struct ReturnBorrow {
+  std::uint64_t id = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& id;
+  }
+};
+
+using Command = std::variant<Call, Collective, Delete, SwitchStream, Borrow, ReturnBorrow>;
 
 /// What a flush casts: commands run in this order on every proc (ORD-1
 /// keeps the batches of one controller in order too).
@@ -105,6 +143,9 @@ struct CommandBatch {
         case 0: commands.push_back(read<Call>(archive)); break;
         case 1: commands.push_back(read<Collective>(archive)); break;
         case 2: commands.push_back(read<Delete>(archive)); break;
+        case 3: commands.push_back(read<SwitchStream>(archive)); break;
+        case 4: commands.push_back(read<Borrow>(archive)); break;
+        case 5: commands.push_back(read<ReturnBorrow>(archive)); break;
         default: throw ProtocolError("unknown tensor command " + std::to_string(index));
       }
     }
