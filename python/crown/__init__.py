@@ -31,9 +31,9 @@ from . import _crown
 from .actor import ProcMesh
 
 __all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "fetch_shard", "inspect",
-           "remote", "no_mesh", "RemoteException"]
+           "remote", "no_mesh", "Stream", "RemoteException"]
 
-_TENSOR_NAMES = {"fetch_shard", "inspect", "remote", "no_mesh", "RemoteException"}
+_TENSOR_NAMES = {"fetch_shard", "inspect", "remote", "no_mesh", "Stream", "RemoteException"}
 
 
 def __getattr__(name):

@@ -210,6 +210,15 @@ void bindTensor(py::module_& m) {
           },
           py::arg("kind"), py::arg("reduction"), py::arg("dims"), py::arg("source"),
           py::arg("result"), py::arg("root") = 0, py::arg("origin") = "")
+      .def("switch_stream",
+           [](TensorClient& client, StreamId stream) { appendOrFlush(client, SwitchStream{stream}); })
+      .def("borrow",
+           [](TensorClient& client, std::uint64_t id, RefId source, RefId result, StreamId lender,
+              bool mutableBorrow) {
+             appendOrFlush(client, Borrow{id, source, result, lender, mutableBorrow});
+           })
+      .def("return_borrow",
+           [](TensorClient& client, std::uint64_t id) { appendOrFlush(client, ReturnBorrow{id}); })
       .def("drop", &TensorClient::drop)
       .def(
           "delete",

@@ -139,3 +139,26 @@ def test_a_long_loop_keeps_the_workers_refs_flat():
     for b, a in zip(before, after):
         assert a["refs"] <= b["refs"] + 70, (before, after)  # 64 deaths batch into one Delete
     assert inspect(w).shape == (8,)
+
+
+def test_a_comms_stream_reduces_borrowed_gradients_beside_the_main_stream():
+    from crown.tensor import Stream
+
+    procs = grid()
+    comms = Stream("comms")
+    with procs.activate():
+        grads = [torch.rand(64, dtype=torch.float64) for _ in range(4)]
+        lent = [comms.borrow(g, mutable=True) for g in grads]
+        with comms.activate():
+            for b in lent:
+                b.reduce_(("dp", "tp"), reduction="sum")
+        busy = torch.rand(128, 128) @ torch.rand(128, 128)  # the main stream meanwhile
+        for b in lent:
+            b.drop()
+        after = [g * 1 for g in grads]  # the main stream, after the returns
+    for g, a in zip(grads, after):
+        ranks = [fetch_shard(g, dp=d, tp=t).get(timeout=30).numpy() for d in range(2) for t in range(2)]
+        for shard in ranks:
+            np.testing.assert_allclose(shard, ranks[0])  # every rank holds the sum
+        np.testing.assert_allclose(inspect(a).numpy(), ranks[0])
+    assert inspect(busy).shape == (128, 128)

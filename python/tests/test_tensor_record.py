@@ -613,3 +613,74 @@ def test_recording_cost_per_op(capsys):
         mesh.backend.pending.clear()  # the cost measured is the controller's; skip the run
     with capsys.disabled():
         print(f"\n[recording] {us:.1f} us per elementwise op at the controller (10,000 ops)")
+
+
+# --- streams and borrows ---------------------------------------------------------
+
+
+def test_a_tensor_is_used_on_its_own_stream_or_borrowed(mesh):
+    other = ct.Stream("other")
+    with mesh.activate():
+        x = torch.ones(4)
+        with other.activate():
+            with pytest.raises(ct.StreamError, match="borrow it there first"):
+                x + 1  # noqa: B018
+            b = other.borrow(x)
+            with pytest.raises(ct.StreamError):
+                other.borrow(b)  # already this stream's
+        with other.activate():
+            y = b * 3
+        b.drop()
+        z = x + 1  # the main stream again
+    torch.testing.assert_close(inspect(y), torch.full((4,), 3.0))
+    torch.testing.assert_close(inspect(z), torch.full((4,), 2.0))
+
+
+def test_a_shared_borrow_is_written_by_nobody_until_dropped(mesh):
+    other = ct.Stream("readers")
+    with mesh.activate():
+        x = torch.ones(4)
+        b = other.borrow(x)
+        with pytest.raises(ct.BorrowedTensorError, match="borrowed for reading"):
+            x.add_(1)
+        with pytest.raises(ct.BorrowedTensorError):
+            x.reduce_("procs")
+        y = x * 2  # the lender may still read it
+        with other.activate():
+            with pytest.raises(ct.BorrowedTensorError):
+                b.mul_(2)
+            c = b + 1
+        b.drop()
+        x.add_(1)  # returned: writable again
+    torch.testing.assert_close(inspect(c), torch.full((4,), 2.0))
+    torch.testing.assert_close(inspect(y), torch.full((4,), 2.0))
+    torch.testing.assert_close(inspect(x), torch.full((4,), 2.0))
+
+
+def test_a_mutable_borrow_keeps_the_lender_off_and_its_writes_come_back(mesh):
+    comms = ct.Stream("comms")
+    with mesh.activate():
+        g = torch.ones(4)
+        b = comms.borrow(g, mutable=True)
+        with pytest.raises(ct.BorrowedTensorError, match="lent mutably"):
+            g + 1  # noqa: B018
+        with pytest.raises(ct.BorrowedTensorError, match="already lent"):
+            comms.borrow(g)
+        with comms.activate():
+            b.reduce_(("hosts", "procs"), reduction="sum")  # the overlap pattern of Monarch
+        b.drop()
+        h = g * 1
+    torch.testing.assert_close(inspect(h), torch.full((4,), 4.0))
+
+
+def test_a_borrow_that_dies_goes_back_to_its_lender(mesh):
+    other = ct.Stream("brief")
+    with mesh.activate():
+        x = torch.ones(2)
+        b = other.borrow(x, mutable=True)
+        with other.activate():
+            b.add_(1)
+        del b
+        gc.collect()
+        x.add_(1)
+    torch.testing.assert_close(inspect(x), torch.full((2,), 3.0))

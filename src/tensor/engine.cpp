@@ -73,6 +73,10 @@ struct Engine::Impl {
       borrow(*b);
     } else if (auto* r = std::get_if<ReturnBorrow>(&command)) {
       giveBack(*r);
+    } else if (auto* d = std::get_if<Delete>(&command)) {
+      afterEveryStream([this, refs = d->refs] {
+        for (RefId ref : refs) this->refs.erase(ref);
+      });
     } else {
       Stream& s = stream(current);
       s.thread.post([this, &s, command] { run(command, s); });
@@ -109,6 +113,21 @@ struct Engine::Impl {
     stream(b.lender).thread.post([b] { b.returned->wait(); });
   }
 
+  // Runs `task` once every stream has run what it was given before: a
+  // delete must not overtake a use of the ref on another stream. No stream
+  // waits: the last to get there runs it.
+  void afterEveryStream(std::function<void()> task) {
+    ++ran;
+    if (streams.size() == 1) return streams.begin()->second->thread.post(std::move(task));
+    auto left = std::make_shared<std::atomic<std::size_t>>(streams.size());
+    auto shared = std::make_shared<std::function<void()>>(std::move(task));
+    for (auto& [id, s] : streams) {
+      s->thread.post([left, shared] {
+        if (--*left == 0) (*shared)();
+      });
+    }
+  }
+
   void drainAll() {
     for (auto& [id, s] : streams) s->thread.drain();
   }
@@ -134,7 +153,6 @@ struct Engine::Impl {
       if (outcome.failure) return refs.poison(c->result, outcome.failure);
       return refs.define(c->result, std::move(outcome.result));
     }
-    for (RefId ref : std::get<Delete>(command).refs) refs.erase(ref);
   }
 
   void call(const Call& c, Stream& s) {

@@ -22,7 +22,9 @@ from ._execute import Context, execute
 from ._local import LocalBackend
 from ._record import Mesh, Tensor, fetch_shard, inspect, no_mesh
 from ._remote import Remote, remote
+from ._stream import Stream, main_stream
 from .errors import (
+    BorrowedTensorError,
     CollectiveGradError,
     DroppedTensorError,
     LocalTensorError,
@@ -33,11 +35,13 @@ from .errors import (
     ReduceArgumentError,
     RemoteException,
     ShapeError,
+    StreamError,
 )
 
 __all__ = [
     "Backend", "Future", "Call", "Delete", "Reduce", "Context", "execute", "LocalBackend",
-    "Mesh", "Tensor", "fetch_shard", "inspect", "no_mesh", "Remote", "remote",
+    "Mesh", "Tensor", "fetch_shard", "inspect", "no_mesh", "Remote", "remote", "Stream",
+    "main_stream", "BorrowedTensorError", "StreamError",
     "CollectiveGradError", "DroppedTensorError", "LocalTensorError", "LocalValueError",
     "MeshMismatchError", "NoMeshError", "RecordError", "ReduceArgumentError",
     "RemoteException", "ShapeError",

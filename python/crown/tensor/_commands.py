@@ -55,4 +55,31 @@ class Delete:
     refs: List[int]
 
 
+@dataclass(slots=True)
+class SwitchStream:
+    """The commands after this one run on stream `stream` (0: the main stream)."""
+
+    stream: int
+
+
+@dataclass(slots=True)
+class Borrow:
+    """Lends `source` (as it is at this point of stream `lender`) to the
+    stream of this command as `result`, until ReturnBorrow(id)."""
+
+    id: int
+    source: int
+    result: int
+    lender: int
+    mutable: bool
+
+
+@dataclass(slots=True)
+class ReturnBorrow:
+    """Ends borrow `id`: its result ref goes, and the lender's later commands
+    wait until the borrower's earlier ones have run."""
+
+    id: int
+
+
 REDUCTIONS = ("sum", "avg", "min", "max", "product", "stack")

@@ -13,7 +13,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import _crown
-from ._commands import Call, Delete, Reduce
+from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._record import Mesh, suspended
 from .errors import RemoteException
 
@@ -72,6 +72,13 @@ class EngineBackend:
                                     0, command.location)
         elif kind is Delete:
             self._client.delete(command.refs)
+        elif kind is SwitchStream:
+            self._client.switch_stream(command.stream)
+        elif kind is Borrow:
+            self._client.borrow(command.id, command.source, command.result, command.lender,
+                                command.mutable)
+        elif kind is ReturnBorrow:
+            self._client.return_borrow(command.id)
         else:
             raise TypeError(f"unknown tensor command {command!r}")
 

@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from ._commands import Call, Delete, Reduce
+from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._execute import Context, execute
 from ._record import suspended
 from .errors import KernelError, RemoteException
@@ -57,6 +57,7 @@ class LocalBackend:
         self.refs: List[Dict[int, object]] = [dict() for _ in range(self.size)]
         self._next = 0
         self.pending: List[object] = []
+        self.borrows: Dict[int, int] = {}  # borrow id -> its result ref
         self.commands = 0  # every command recorded
         self.flushes = 0
         gen = torch.Generator()
@@ -93,6 +94,16 @@ class LocalBackend:
                 for table in self.refs:
                     for ref in command.refs:
                         table.pop(ref, None)
+            elif type(command) is SwitchStream:
+                pass  # one thread runs every stream here, in record order
+            elif type(command) is Borrow:
+                self.borrows[command.id] = command.result
+                for table in self.refs:  # the same tensor (or poison), as the engines do
+                    table[command.result] = table[command.source]
+            elif type(command) is ReturnBorrow:
+                result = self.borrows.pop(command.id, None)
+                for table in self.refs:
+                    table.pop(result, None)
             else:
                 raise TypeError(f"unknown command {command!r}")
 

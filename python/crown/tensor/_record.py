@@ -38,7 +38,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from . import _execute
 from ._commands import REDUCTIONS, Call, Delete, Reduce
 from ._execute import Input
+from ._commands import ReturnBorrow, SwitchStream
 from .errors import (
+    BorrowedTensorError,
     CollectiveGradError,
     DroppedTensorError,
     LocalTensorError,
@@ -48,6 +50,7 @@ from .errors import (
     RecordError,
     ReduceArgumentError,
     ShapeError,
+    StreamError,
 )
 
 _fake_mode: Optional[FakeTensorMode] = None
@@ -102,6 +105,23 @@ def _location() -> str:
 
 # --- the mesh ----------------------------------------------------------------------
 
+class StreamBase:
+    """What the recording layer knows of a stream: its id on every engine
+    (0: the main stream) and its name. crown.tensor.Stream is the user's."""
+
+    __slots__ = ("id", "name")
+
+    def __init__(self, id: int, name: str):
+        self.id = id
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"crown.Stream({self.name!r})"
+
+
+MAIN_STREAM = StreamBase(0, "main")
+_stream_now: StreamBase = MAIN_STREAM  # Stream.activate() sets it
+
 _active: List["Mesh"] = []  # the activate() stack
 _no_mesh_depth = 0
 _mode: Optional["_MeshMode"] = None  # pushed once, by the outermost activate()
@@ -117,7 +137,9 @@ class Mesh:
         self.backend = backend
         self._shape: Dict[str, int] = dict(backend.shape)
         self._dead: List[int] = []  # refs whose tensors died; sent as one Delete
+        self._returns: List[int] = []  # borrows whose tensors died: returned with the deletes
         self._delete_batch = delete_batch
+        self._stream_id = 0  # the stream the engines run the next command on
 
     @property
     def shape(self) -> Dict[str, int]:
@@ -165,10 +187,21 @@ class Mesh:
         self._send_deletes()
         self.backend.flush()
 
+    def _record(self, command) -> None:
+        """Records a command on the current stream."""
+        if self._stream_id != _stream_now.id:
+            self._stream_id = _stream_now.id
+            self.backend.record(SwitchStream(self._stream_id))
+        self.backend.record(command)
+
     def _send_deletes(self) -> None:
+        if self._returns:
+            returns, self._returns = self._returns, []
+            for borrow in returns:
+                self.backend.record(ReturnBorrow(borrow))
         if self._dead:
             refs, self._dead = self._dead, []
-            self.backend.record(Delete(refs))
+            self.backend.record(Delete(refs))  # any stream: the engines order it after every use
 
     def _release(self, ref: int) -> None:
         # From __del__: only append (no backend call at an arbitrary point).
@@ -258,6 +291,9 @@ class Tensor(torch.Tensor):
         r._mesh = mesh
         r._ref = ref
         r._location = location
+        r._stream = _stream_now
+        r._lent = 0  # borrows out of it (or, on a shared borrow's result, 1: no writes)
+        r._lent_mutably = False
         return r
 
     def __getattr__(self, name):
@@ -277,6 +313,10 @@ class Tensor(torch.Tensor):
     def __del__(self):
         ref = self.__dict__.get("_ref")
         if ref is not None:
+            borrow = self.__dict__.get("_borrow")
+            if borrow is not None:
+                self._mesh._returns.append(borrow[0])
+                _returned(borrow[1])
             self._mesh._release(ref)
 
     def __repr__(self, *, tensor_contents=None) -> str:
@@ -309,11 +349,17 @@ class Tensor(torch.Tensor):
 
     def drop(self) -> None:
         """Frees this tensor's shard on every worker now; later uses raise
-        DroppedTensorError. (Views of it made earlier keep their own refs.)"""
+        DroppedTensorError. (Views of it made earlier keep their own refs.)
+        A borrowed tensor (Stream.borrow) goes back to its lender."""
         ref = self._ref
         if ref is not None:
             self._ref = None
             self._drop_location = _location()
+            borrow = self.__dict__.get("_borrow")
+            if borrow is not None:
+                with suspended():
+                    self._mesh._record(ReturnBorrow(borrow[0]))
+                _returned(borrow[1])
             self._mesh._release(ref)
 
     def reduce(self, dims: Union[str, Sequence[str]] = (), reduction: str = "sum",
@@ -330,6 +376,30 @@ class Tensor(torch.Tensor):
         """reduce() in place: the result keeps this tensor's ref and storage."""
         with suspended():
             return _reduce(self, dims, reduction, scatter, inplace=True)
+
+
+def _returned(lender: "Tensor") -> None:
+    lender._lent -= 1
+    lender._lent_mutably = False
+
+
+def check_use(t: "Tensor", spec: str, writes: bool) -> None:
+    """The stream rules: a tensor is used on its own stream (another borrows
+    it first); a lender does not use a tensor it lent mutably, nor write one
+    it lent at all; a shared borrow is not written."""
+    if t._stream is not _stream_now:
+        raise StreamError(
+            f"{spec}: the tensor (made at {t._location}) belongs to stream {t._stream.name!r}, "
+            f"and stream {_stream_now.name!r} is active: borrow it there first "
+            f"(Stream({_stream_now.name!r}).borrow(t))")
+    if t._lent_mutably:
+        raise BorrowedTensorError(
+            f"{spec}: the tensor (made at {t._location}) is lent mutably to another stream: "
+            "drop the borrow before its lender uses it again")
+    if writes and t._lent:
+        raise BorrowedTensorError(
+            f"{spec}: the tensor (made at {t._location}) is borrowed for reading: nobody "
+            "writes it until the borrow is dropped (borrow it with mutable=True to write it)")
 
 
 def _meta_of(fake: torch.Tensor) -> tuple:
@@ -402,7 +472,7 @@ def _key(v, inputs: List[int], wrappers: List["Tensor"], slot: Dict[int, int]):
     t = type(v)
     if t is Tensor:
         ref = v._ref
-        if ref is None:
+        if ref is None or v._stream is not _stream_now or v._lent_mutably:
             raise _Slow
         k = slot.get(ref)
         if k is None:
@@ -445,6 +515,12 @@ def _fast(info: _OpInfo, args, kwargs):
     entry = info.cache.get(key)
     if entry is None:
         return _MISS, key
+    for k in entry.written:
+        if wrappers[k]._lent:
+            return _MISS, None  # record() raises the borrow's error
+    for d in entry.descs:
+        if type(d) is int and wrappers[d]._lent:
+            return _MISS, None
     if len(mesh._dead) >= mesh._delete_batch:
         mesh._send_deletes()
     location = _location()
@@ -462,7 +538,7 @@ def _fast(info: _OpInfo, args, kwargs):
             outs.append(Tensor(None, mesh, ref, location, d))
     for k in entry.written:
         results.append(inputs[k])
-    backend.record(Call(results, entry.blob, inputs, location))
+    mesh._record(Call(results, entry.blob, inputs, location))
     if entry.tree is None:
         return outs[0], None
     return tree_unflatten(outs, entry.tree), None
@@ -635,9 +711,18 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
                 results.append(w._ref)
                 picks.append(-slot[w._ref] - 1)
                 written_inputs.append(slot[w._ref])
+    for w in wrappers:
+        check_use(w, spec, writes=False)
+    for j in range(len(flat_out)):
+        if isinstance(flat_out[j], Tensor) and flat_out[j]._ref in inputs:
+            check_use(flat_out[j], spec, writes=True)  # an in-place op's input
+    if written:
+        for w in written:
+            if isinstance(w, Tensor):
+                check_use(w, spec, writes=True)
     wargs, wkwargs = tree_unflatten(wire, tree)
     blob = _execute.encode(spec, wargs, wkwargs, picks)
-    backend.record(Call(results, blob, inputs, location))
+    mesh._record(Call(results, blob, inputs, location))
     if cache is not None:
         table, key = cache
         if len(table) >= _CACHE_LIMIT:
@@ -682,6 +767,7 @@ def _reduce(t: Tensor, dims, reduction: str, scatter: bool, inplace: bool) -> Te
         raise ReduceArgumentError(f"{name}: a dim is reduced twice in {dims}")
     if reduction not in REDUCTIONS:
         raise ReduceArgumentError(f"{name}: reduction {reduction!r} is not one of {REDUCTIONS}")
+    check_use(t, name, writes=inplace)
     if t.requires_grad and torch.is_grad_enabled():
         raise CollectiveGradError(
             f"{name}: the tensor requires grad, and autograd cannot differentiate through a "
@@ -711,8 +797,8 @@ def _reduce(t: Tensor, dims, reduction: str, scatter: bool, inplace: bool) -> Te
             f = torch.empty(out_shape, dtype=fake.dtype, device=fake.device)
         ref = mesh.backend.new_ref()
         out = Tensor(f, mesh, ref, _location())
-    mesh.backend.record(Reduce(ref, t._ref, dims, reduction, bool(scatter),
-                               out._location if not inplace else _location()))
+    mesh._record(Reduce(ref, t._ref, dims, reduction, bool(scatter),
+                        out._location if not inplace else _location()))
     return out
 
 

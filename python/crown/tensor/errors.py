@@ -40,6 +40,16 @@ class NoMeshError(RecordError, RuntimeError):
     """No mesh to record on (a factory outside activate()), or a mesh tensor inside no_mesh."""
 
 
+class StreamError(RecordError, RuntimeError):
+    """A tensor was used on a stream other than its own (borrow it first)."""
+
+
+class BorrowedTensorError(RecordError, RuntimeError):
+    """A lent tensor was used by its lender (mutable borrow) or written
+    (shared borrow), or a shared borrow was written, before the borrow was
+    dropped."""
+
+
 class KernelError(Exception):
     """Raised by execute() on a worker when the op itself fails; the engine turns
     it into a RemoteException for the refs the command defines (deferred error)."""
