@@ -337,6 +337,61 @@ Comm MpiService::commOver(const std::vector<std::size_t>& sizes,
   return made;
 }
 
+Comm MpiService::commOfRanks(const std::vector<Rank>& members, std::uint32_t instance) {
+  auto key = std::make_pair(members, instance);
+  Rank worldRank = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = groups_.find(key); it != groups_.end()) return it->second;
+    const CommInfo& world = info(Comm::world());
+    worldRank = world.rank;
+    std::vector<Rank> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    if (members.empty() || sorted.back() >= world.members.size() ||
+        std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      throw ConfigError("commOfRanks: " + std::to_string(members.size()) +
+                        " members, some repeated or not ranks of a world of " +
+                        std::to_string(world.members.size()));
+    }
+  }
+  auto self = std::find(members.begin(), members.end(), worldRank);
+  if (self == members.end()) {
+    throw ConfigError("commOfRanks: rank " + std::to_string(worldRank) +
+                      " asked for a group it is not in");
+  }
+  Comm made;
+  call([&] {
+    MPI_Comm world = MPI_COMM_NULL;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = groups_.find(key); it != groups_.end()) {
+        made = it->second;
+        return;
+      }
+      world = info(Comm::world()).comm;
+    }
+    MPI_Group worldGroup, group;
+    std::vector<int> ranks(members.begin(), members.end());
+    CROWN_CHECK_MPI(MPI_Comm_group(world, &worldGroup));
+    CROWN_CHECK_MPI(MPI_Group_incl(worldGroup, static_cast<int>(ranks.size()), ranks.data(), &group));
+    CommInfo in;
+    // The tag tells apart groups made at once from the same parent; every
+    // member of one group makes it with the same instance.
+    int status = MPI_Comm_create_group(world, group, static_cast<int>(instance % 32768), &in.comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&worldGroup);
+    CROWN_CHECK_MPI(status);
+    CROWN_CHECK_MPI(MPI_Comm_set_errhandler(in.comm, MPI_ERRORS_RETURN));
+    in.rank = static_cast<Rank>(self - members.begin());
+    in.members = members;
+    std::lock_guard lock(mutex_);
+    made = Comm(static_cast<std::uint32_t>(comms_.size()));
+    comms_.push_back(std::move(in));
+    groups_.emplace(key, made);
+  });
+  return made;
+}
+
 const MpiService::CommInfo& MpiService::info(Comm comm) const {
   if (comm.id() >= comms_.size()) {
     throw ConfigError(comms_.empty() ? "the MPI service has no communicators (before bootstrap, "

@@ -358,6 +358,7 @@ void MpiService::finalize(std::function<void()> step) {
       std::lock_guard lock(mutex_);
       comms.swap(comms_);
       along_.clear();
+      groups_.clear();
     }
     // comms[0] is the world, which belongs to Runtime.
     for (std::size_t i = 1; i < comms.size(); ++i) CROWN_CHECK_MPI(MPI_Comm_free(&comms[i].comm));

@@ -56,6 +56,7 @@ class MpiService final : public crown::MpiService {
   Future<void> alltoall(Comm comm, const void* send, void* recv, std::size_t bytesEach) override;
   Comm commOver(const std::vector<std::size_t>& sizes, const std::vector<std::size_t>& dims,
                 std::uint32_t instance = 0) override;
+  Comm commOfRanks(const std::vector<Rank>& members, std::uint32_t instance = 0) override;
   Rank commRank(Comm comm) const override;
   std::vector<Rank> commMembers(Comm comm) const override;
   const void* nativeComm(Comm comm) const override;
@@ -124,6 +125,7 @@ class MpiService final : public crown::MpiService {
                                       // nativeComm's pointers stay valid as it grows)
   std::map<std::tuple<std::vector<std::size_t>, std::vector<std::size_t>, std::uint32_t>, Comm>
       along_;
+  std::map<std::pair<std::vector<Rank>, std::uint32_t>, Comm> groups_;  // commOfRanks
   std::vector<std::string> hosts_;
   std::uint64_t nextId_ = 1;
   bool finalized_ = false;

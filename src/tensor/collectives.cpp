@@ -55,25 +55,15 @@ LocalTensor copyOf(const LocalTensor& source) {
 
 Collectives::Collectives(Proc& proc, const mesh::Shape& shape, std::uint32_t instance)
     : proc_(proc), shape_(shape), instance_(instance) {
-  auto ranks = shape.ranks();
-  bool world = ranks.size() == proc.size();
-  for (std::size_t i = 0; world && i < ranks.size(); ++i) world = ranks[i] == i;
-  MpiService* mpi = nullptr;
   try {
-    mpi = &proc.mpi();
+    proc.mpi();
   } catch (const Error&) {
     unavailable_ = "this process has no MPI (simulated procs)";
     return;
   }
-  if (!world) {
-    unavailable_ = "collectives need a tensor mesh over every rank of the launch (" +
-                   std::to_string(proc.size()) + "); this one is " + shape.toString() +
-                   ": make the TensorMesh over crown.world() and slice the tensors instead";
-    return;
-  }
   // Every set of dimensions, now, while every engine starts together: the
-  // splits are collective and blocking, so making one later would wait on
-  // whichever proc is slow or lost.
+  // groups are made collectively (over their members) and block, so making
+  // one later would wait on whichever member is slow or lost.
   std::size_t dims = shape.dims();
   if (dims > 4) return;  // 2^dims sets would be too many: made on first use instead
   for (std::size_t set = 1; set < (std::size_t{1} << dims); ++set) {
@@ -82,7 +72,6 @@ Collectives::Collectives(Proc& proc, const mesh::Shape& shape, std::uint32_t ins
       if (set & (std::size_t{1} << d)) labels.push_back(shape.labels()[d]);
     group(labels);
   }
-  (void)mpi;
 }
 
 const Collectives::Group& Collectives::group(const std::vector<std::string>& dims) {
@@ -102,13 +91,23 @@ const Collectives::Group& Collectives::group(const std::vector<std::string>& dim
   if (std::adjacent_find(indices.begin(), indices.end()) != indices.end())
     throw ConfigError("a collective names one mesh dimension twice");
   if (auto it = groups_.find(indices); it != groups_.end()) return it->second;
-  std::vector<std::size_t> sizes;
-  for (const auto& dim : shape_.sizes()) sizes.push_back(dim.second);
-  MpiService& mpi = proc_.mpi();
+  // The members: the mesh's ranks that share this rank's coordinates outside
+  // `dims`, in row-major order of the mesh (so, of their coordinates in dims).
+  auto mine = shape_.coordinates(proc_.rank());
   Group made;
-  made.comm = mpi.commOver(sizes, indices, instance_);
-  made.members = mpi.commMembers(made.comm);
+  for (std::size_t rank : shape_.ranks()) {
+    auto theirs = shape_.coordinates(rank);
+    bool same = true;
+    for (const auto& [label, index] : mine) {
+      bool inside = std::find(dims.begin(), dims.end(), label) != dims.end();
+      if (!inside && theirs.at(label) != index) same = false;
+    }
+    if (same) made.members.push_back(static_cast<Rank>(rank));
+  }
   made.size = made.members.size();
+  // Over the members only (MPI_Comm_create_group): a mesh need not hold the
+  // whole launch, so a mesh of the survivors of a lost rank reduces again.
+  made.comm = proc_.mpi().commOfRanks(made.members, instance_);
   return groups_.emplace(indices, std::move(made)).first->second;
 }
 

@@ -246,6 +246,16 @@ TEST_F(TensorTest, InputsThatDifferAcrossRanksPoisonTheResult) {
   }
 }
 
+TEST_F(TensorTest, AMeshOfPartOfTheLaunchRunsItsCollectivesOverItsMembers) {
+  TensorMesh row(ProcMesh(mesh::Shape({{"dp", 2}, {"tp", 2}}).at("dp", 1)));  // ranks 2 and 3
+  auto x = row.call("test.rank_values", {}, {{{kBlock}, ScalarType::f64}}, {kBlock})[0];
+  auto sum = x.reduce("tp");
+  EXPECT_EQ(values(sum.fetch({{"tp", 0}}).get(30s)),
+            (std::vector<double>{201 + 301, 202 + 302, 203 + 303}));
+  auto stacked = x.allgather({"tp"}).fetch({{"tp", 1}}).get(30s);
+  EXPECT_EQ(stacked.shape(), (std::vector<std::int64_t>{2, kBlock}));
+}
+
 TEST_F(TensorTest, DeviceShardsGoToTheDevicesCollectivesAndComeBackToTheHostToBeFetched) {
   int before = fakeGpu()->runs;
   auto x = rankValues({kBlock});

@@ -162,6 +162,15 @@ class MpiService {
   /// collectives by their order alone.
   virtual Comm commOver(const std::vector<std::size_t>& sizes,
                         const std::vector<std::size_t>& dims, std::uint32_t instance = 0) = 0;
+  /// The communicator of exactly `members` (world ranks, in this order, this
+  /// rank among them), made with MPI_Comm_create_group: collective over the
+  /// members only, so a group that leaves a lost rank out is made (and runs
+  /// collectives) while the rest of the world is not there. Made once per
+  /// (members, instance) and cached; blocks until every member asks for it
+  /// too, so members must ask for their groups in the same order (and no
+  /// member of the group may be lost). Throws ConfigError when this rank is
+  /// not a member or a rank is out of range or repeated.
+  virtual Comm commOfRanks(const std::vector<Rank>& members, std::uint32_t instance = 0) = 0;
   /// This rank's rank in `comm`.
   virtual Rank commRank(Comm comm) const = 0;
   /// The world ranks of `comm`'s members, by their rank in `comm`.
