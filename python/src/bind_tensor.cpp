@@ -99,13 +99,15 @@ LocalTensor fromTorch(py::handle tensor) {
 }
 
 py::tuple failureTuple(const Failure& f) {
-  return py::make_tuple("failed", f.op, f.rank, f.message, f.traceback, f.origin);
+  return py::make_tuple("failed", f.op, f.rank, f.message, f.traceback, f.origin,
+                        f.rankLost ? py::object(py::int_(f.lostRank)) : py::object(py::none()));
 }
 
 class TensorFetch {
  public:
   explicit TensorFetch(Future<FetchReply> future) : future_(std::move(future)) {}
-  /// ("ok", array) or ("failed", op, rank, message, traceback, origin).
+  /// ("ok", array) or ("failed", op, rank, message, traceback, origin, lost
+  /// rank or None).
   py::tuple get(std::optional<double> timeout) {
     FetchReply reply;
     {

@@ -117,6 +117,14 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
     return Outcome{{}, std::make_shared<const Failure>(
                            Failure{op, proc_.rank(), std::move(message), {}, command.origin})};
   };
+  // A member lost: the front end raises it as a lost process (Python's
+  // SupervisionError), naming the rank.
+  auto lost = [&](const ProcessLost& e) {
+    Failure f{op, proc_.rank(), e.what(), {}, command.origin};
+    f.rankLost = true;
+    f.lostRank = e.rank();
+    return Outcome{{}, std::make_shared<const Failure>(std::move(f))};
+  };
   const Group* g = nullptr;
   try {
     g = &group(command.dims);  // the same answer on every member: no agreement needed
@@ -172,6 +180,8 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   MpiService& mpi = proc_.mpi();
   try {
     mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min).get();
+  } catch (const ProcessLost& e) {
+    return lost(e);
   } catch (const std::exception& e) {
     return fail(std::string("the members could not agree: ") + e.what());
   }
@@ -201,6 +211,8 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   }
   try {
     return Outcome{move(command, *g, input), nullptr};
+  } catch (const ProcessLost& e) {
+    return lost(e);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

@@ -169,9 +169,11 @@ struct Failure {
   std::string message;
   std::string traceback;  ///< the worker's, for front-end kernels
   std::string origin;     ///< the controller's file:line that issued it
+  bool rankLost = false;  ///< it failed because rank `lostRank` was lost
+  Rank lostRank = 0;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& op& rank& message& traceback& origin;
+    archive& op& rank& message& traceback& origin& rankLost& lostRank;
   }
   /// "matmul failed on rank 2 (issued at train.py:14): shapes ...".
   std::string describe() const;

@@ -31,6 +31,7 @@ from .errors import (
     LocalValueError,
     MeshMismatchError,
     NoMeshError,
+    RankLostError,
     RecordError,
     ReduceArgumentError,
     RemoteException,
@@ -44,5 +45,5 @@ __all__ = [
     "main_stream", "BorrowedTensorError", "StreamError",
     "CollectiveGradError", "DroppedTensorError", "LocalTensorError", "LocalValueError",
     "MeshMismatchError", "NoMeshError", "RecordError", "ReduceArgumentError",
-    "RemoteException", "ShapeError",
+    "RemoteException", "RankLostError", "ShapeError",
 ]

@@ -15,7 +15,7 @@ import torch
 from .. import _crown
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._record import Mesh, suspended
-from .errors import RemoteException
+from .errors import RankLostError, RemoteException
 
 
 def _collective(command: Reduce) -> tuple:
@@ -36,7 +36,9 @@ class EngineFuture:
         if outcome[0] == "ok":
             with suspended():  # a local tensor, even inside activate()
                 return torch.from_numpy(outcome[1])
-        _, op, rank, message, traceback, location = outcome
+        _, op, rank, message, traceback, location, lost = outcome
+        if lost is not None:
+            raise RankLostError(op, rank, message, traceback, location, lost_rank=lost)
         raise RemoteException(op, rank, message, traceback, location)
 
     result = get

@@ -88,3 +88,21 @@ class RemoteException(Exception):
 
 class ReduceArgumentError(RecordError, ValueError):
     """A reduce with unknown dims, an unknown reduction, or a shape it cannot split."""
+
+
+def _supervision_error():
+    try:
+        from .. import _crown
+    except ImportError:  # the recording layer alone, without the runtime
+        return Exception
+    return _crown.SupervisionError
+
+
+class RankLostError(RemoteException, _supervision_error()):
+    """An op failed because a rank of its group was lost (killed, crashed)
+    while it ran: a SupervisionError as well as a RemoteException.
+    lost_rank names the lost rank."""
+
+    def __init__(self, op, rank, message, traceback="", location="", lost_rank=None):
+        RemoteException.__init__(self, op, rank, message, traceback, location)
+        self.lost_rank = lost_rank

@@ -1,0 +1,50 @@
+"""A rank dies in the middle of a collective (run under mpirun with
+recovery on, which keeps the survivors alive): the controller's fetch
+raises SupervisionError (crown.tensor.RankLostError) naming the lost rank,
+within the heartbeat bound; later collectives over its group fail at once;
+a mesh of the survivors reduces again; the job ends with every survivor."""
+import os
+import time
+
+import torch
+
+import crown
+from crown.actor import SupervisionError
+from crown.tensor import RankLostError, inspect, remote
+
+
+def die_on_rank_three(x, rank):
+    if int(rank) == 3:
+        os._exit(7)  # before it joins the allreduce that follows
+    return x.clone()
+
+
+def main():
+    procs = crown.world_flat()  # {ranks: 4}
+    with procs.activate():
+        rank = procs.tensors().rank("ranks")
+        x = remote(die_on_rank_three, propagate=lambda x, rank: x)(torch.ones(4), rank)
+        total = x.reduce("ranks")
+    start = time.monotonic()
+    try:
+        inspect(total)
+        raise SystemExit("the allreduce with a dead member succeeded")
+    except SupervisionError as e:
+        assert isinstance(e, RankLostError) and e.lost_rank == 3, e
+        print(f"fetch raised SupervisionError after {time.monotonic() - start:.2f} s: rank "
+              f"{e.lost_rank} lost")
+    with procs.activate():
+        again = torch.ones(2).reduce("ranks")
+    start = time.monotonic()
+    try:
+        inspect(again)
+    except RankLostError as e:
+        print(f"a later collective failed in {time.monotonic() - start:.3f} s, naming rank "
+              f"{e.lost_rank}")
+    survivors = procs.slice(ranks=slice(0, 3))
+    with survivors.activate():
+        three = torch.ones(2).reduce("ranks")
+    print(f"the survivors' mesh reduced: {inspect(three).tolist()}")
+
+
+crown.run(main)
