@@ -81,9 +81,17 @@ def _run(instance, payload, report):
     name = None
     try:
         name, args, kwargs = _pickle.loads(payload)
+        rref = None
+        if type(name) is tuple:  # EndpointRef.rref: keep the result on this rank's engine
+            _, name, engine, ref = name
+            rref = (engine, ref)
         result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
         if inspect.isawaitable(result):
             result = _event_loop(instance).run_until_complete(result)
+        if rref is not None:
+            from .tensor._engine import keep_on_engine
+
+            result = keep_on_engine(*rref, result)
         return _pickle.dumps_parts(result, VALUE)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
         text = traceback.format_exc()

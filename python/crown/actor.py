@@ -442,6 +442,17 @@ class EndpointRef:
                 raise error
             yield value
 
+    def rref(self, *args, **kwargs):
+        """Calls the endpoint on every actor and keeps what each returns (a
+        torch tensor) on its own rank, as one mesh tensor whose shard on each
+        rank is that actor's result (crown.tensor): use it in the actors'
+        ProcMesh's activate(). Waits for every actor; raises what one raised,
+        and ValueError when their tensors differ in shape or dtype."""
+        from .tensor._engine import rref
+
+        return rref(self._mesh._shape, self._mesh._local, self._name, args, kwargs,
+                    lambda raw: self._entries(raw))
+
     def broadcast(self, *args, **kwargs) -> None:
         """Sends to every actor; no replies."""
         mesh = self._mesh

@@ -11,8 +11,10 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <thread>
 
 #include "bindings.h"
+#include "crown/tensor/engine.h"
 #include "crown/tensor/kernel.h"
 #include "crown/tensor/tensor_mesh.h"
 #include "gil.h"
@@ -179,6 +181,8 @@ void bindTensor(py::module_& m) {
            }),
            py::arg("shape"), py::arg("seed") = 0)
       .def_property_readonly("shape", &TensorClient::shape)
+      .def_property_readonly("engine_local", &TensorClient::engineLocal)
+      .def("batches_sent", &TensorClient::batchesSent)
       .def("new_ref", &TensorClient::newRef)
       .def(
           "call",
@@ -252,6 +256,40 @@ void bindTensor(py::module_& m) {
           py::arg("ref"), py::arg("rank"));
 
   registerKernel("torch", runTorchKernel);
+
+  // An actor of this proc reads (or defines) its engine's refs: a mesh tensor
+  // passed to an endpoint arrives as this rank's shard; rref stores what an
+  // endpoint returns.
+  auto engineHere = [](std::uint64_t local) {
+    ActorId id{Proc::current().rank(), local};
+    // The engine registers with its first batch, which may come after the
+    // actor's message: wait for it a while.
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (true) {
+      if (Engine* engine = Engine::find(id)) return engine;
+      if (std::chrono::steady_clock::now() > until)
+        throw Error("no tensor engine " + std::to_string(local) + " on rank " +
+                    std::to_string(id.rank) + ": the tensor's mesh does not hold this rank");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  m.def("engine_shard", [engineHere](std::uint64_t local, RefId ref, std::uint64_t batches) {
+    LocalTensor shard;
+    {
+      py::gil_scoped_release release;
+      shard = engineHere(local)->shard(ref, batches);
+    }
+    return toPython(shard);
+  });
+  m.def("engine_define", [engineHere](std::uint64_t local, RefId ref, py::object tensor) {
+    LocalTensor shard = fromTorch(tensor);
+    Engine* engine;
+    {
+      py::gil_scoped_release release;
+      engine = engineHere(local);
+    }
+    engine->define(ref, std::move(shard));
+  });
   m.def("tensor_kernels", &kernelNames, "The names of the registered kernels.");
 }
 

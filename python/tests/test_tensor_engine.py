@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import crown
+from crown.actor import Actor, current_rank, endpoint
 from crown.tensor import RemoteException, fetch_shard, inspect, remote
 from crown.tensor.errors import CollectiveGradError, LocalTensorError
 
@@ -162,3 +163,31 @@ def test_a_comms_stream_reduces_borrowed_gradients_beside_the_main_stream():
             np.testing.assert_allclose(shard, ranks[0])  # every rank holds the sum
         np.testing.assert_allclose(inspect(a).numpy(), ranks[0])
     assert inspect(busy).shape == (128, 128)
+
+
+class ShardUser(Actor):
+    @endpoint
+    def total(self, shard):
+        assert type(shard) is torch.Tensor  # this rank's shard, a plain torch tensor
+        return float(shard.sum())
+
+    @endpoint
+    def make(self, n):
+        rank = current_rank().rank
+        return torch.full((n,), float(rank))
+
+
+def test_actors_get_their_ranks_shard_and_rref_makes_a_mesh_tensor():
+    procs = grid()
+    users = procs.spawn("shard-users", ShardUser)
+    with procs.activate():
+        x = torch.rand(8, dtype=torch.float64)
+    totals = users.total.call(x).get(timeout=30)
+    for point, value in totals.items():
+        want = fetch_shard(x, dp=point["dp"], tp=point["tp"]).get(timeout=30).sum()
+        assert value == pytest.approx(float(want))
+    made = users.make.rref(3)  # each actor's tensor, kept on its rank
+    with procs.activate():
+        total = (made * 2).reduce(("dp", "tp"))
+    np.testing.assert_array_equal(inspect(total).numpy(), [2.0 * (0 + 1 + 2 + 3)] * 3)
+    np.testing.assert_array_equal(fetch_shard(made, dp=1, tp=1).get(timeout=30).numpy(), [3.0] * 3)

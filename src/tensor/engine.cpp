@@ -4,7 +4,10 @@
 // in the actor's mailbox, then for every stream to run what it was given.
 #include "crown/tensor/engine.h"
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "crown/common/env.h"
 #include "crown/mesh/point.h"
@@ -234,17 +237,43 @@ struct Engine::Impl {
   std::size_t queueBound;
   RefTable refs;
   std::atomic<std::uint64_t> ran{0};
+  std::mutex batchMutex;
+  std::condition_variable batchArrived;
+  std::uint64_t batches = 0;  // given so far, under batchMutex
   // The dispatcher's own.
   StreamId current = 0;
   std::map<std::uint64_t, BorrowState> borrows;
   std::map<StreamId, std::unique_ptr<Stream>> streams;  // last: their threads use the above
 };
 
+namespace {
+// Engines by their actor's address: unique in a process, simulated procs
+// included (each has its own rank).
+struct Engines {
+  std::mutex mutex;
+  std::map<std::pair<Rank, std::uint64_t>, Engine*> byId;
+};
+Engines& engines() {
+  static Engines instance;
+  return instance;
+}
+}  // namespace
+
 Engine::Engine(std::uint64_t seed) {
   detail::registerNativeKernels();
   impl_ = std::make_unique<Impl>(Proc::current(), mesh::here(), seed);
   handle<CommandBatch>([this](const CommandBatch& batch) {
+    if (!registered_) {  // the id is set before the first handler runs, not in the constructor
+      std::lock_guard lock(engines().mutex);
+      engines().byId[{id().rank, id().local}] = this;
+      registered_ = true;
+    }
     for (const Command& command : batch.commands) impl_->dispatch(command);
+    {
+      std::lock_guard lock(impl_->batchMutex);
+      ++impl_->batches;
+    }
+    impl_->batchArrived.notify_all();
   });
   handle<FetchShard>([this](const FetchShard& fetch) {
     impl_->drainAll();
@@ -256,9 +285,30 @@ Engine::Engine(std::uint64_t seed) {
   });
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  std::lock_guard lock(engines().mutex);
+  auto it = engines().byId.find({id().rank, id().local});
+  if (it != engines().byId.end() && it->second == this) engines().byId.erase(it);
+}
 
-LocalTensor Engine::shard(RefId ref) const {
+Engine* Engine::find(const ActorId& id) {
+  std::lock_guard lock(engines().mutex);
+  auto it = engines().byId.find({id.rank, id.local});
+  return it == engines().byId.end() ? nullptr : it->second;
+}
+
+void Engine::define(RefId ref, LocalTensor tensor) { impl_->refs.define(ref, std::move(tensor)); }
+
+LocalTensor Engine::shard(RefId ref, std::uint64_t batches,
+                          std::chrono::milliseconds timeout) const {
+  {
+    std::unique_lock lock(impl_->batchMutex);
+    if (!impl_->batchArrived.wait_for(lock, timeout,
+                                      [&] { return impl_->batches >= batches; })) {
+      throw Error("the tensor engine has not been given the commands that make ref " +
+                  std::to_string(ref) + " within " + std::to_string(timeout.count()) + " ms");
+    }
+  }
   impl_->drainAll();
   auto value = impl_->refs.find(ref);
   if (!value) throw Error("ref " + std::to_string(ref) + " is not defined on this proc");

@@ -48,8 +48,15 @@ void TensorClient::flush() {
     if (pending_.commands.empty()) return;
     batch = std::move(pending_);
     pending_.commands.clear();
+    // Under the lock: batches leave in the order they are counted.
+    engines_.broadcast(batch);
+    ++batchesSent_;
   }
-  engines_.broadcast(batch);
+}
+
+std::uint64_t TensorClient::batchesSent() const {
+  std::lock_guard lock(mutex_);
+  return batchesSent_;
 }
 
 Future<FetchReply> TensorClient::fetchReply(RefId ref, std::size_t rank) {

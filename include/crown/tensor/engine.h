@@ -7,6 +7,7 @@
 // engine starts. Runs on the actor's thread, one message at a time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -21,14 +22,26 @@ class Engine : public Actor {
   explicit Engine(std::uint64_t seed);
   ~Engine() override;
 
-  /// The shard behind `ref` here; throws crown::Error naming the Failure of
-  /// a poisoned ref, or saying it is not defined.
-  LocalTensor shard(RefId ref) const;
+  /// The engine of actor `id` if this process hosts it, else null: actors
+  /// of the same proc reach the engine's refs through it (an endpoint that
+  /// is passed a mesh tensor gets its shard here).
+  static Engine* find(const ActorId& id);
+
+  /// The shard behind `ref` here, once this engine has been given `batches`
+  /// batches and run every command of them (the caller's message may come
+  /// before the batch that defines the ref: it waits at most `timeout`).
+  /// Throws crown::Error naming the Failure of a poisoned ref, or saying it
+  /// is not defined.
+  LocalTensor shard(RefId ref, std::uint64_t batches = 0,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  /// Defines `ref` here as `tensor` (what an actor of this proc made: rref).
+  void define(RefId ref, LocalTensor tensor);
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
+  bool registered_ = false;  // in find()'s table (the actor's thread only)
 };
 
 }  // namespace crown::tensor

@@ -47,15 +47,21 @@ class TensorClient {
   Future<FetchReply> fetchReply(RefId ref, std::size_t rank);
   /// fetchReply() as a tensor; a poisoned ref fails it with RemoteError.
   Future<LocalTensor> fetch(RefId ref, std::size_t rank);
+  /// Batches cast so far: an actor of a proc that is given a ref with this
+  /// count reads it once its engine has them (Engine::shard).
+  std::uint64_t batchesSent() const;
+  /// The engines' mesh actor id, the same on every proc.
+  std::uint64_t engineLocal() const { return engines_.localId(); }
   /// Flushes and waits until every engine has run every command so far;
   /// returns each engine's stats, by rank in the mesh (row-major).
   std::vector<EngineStats> sync();
 
  private:
   ActorMesh<Engine> engines_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   CommandBatch pending_;
   std::vector<RefId> dropped_;
+  std::uint64_t batchesSent_ = 0;
   RefId nextRef_ = 1;
   std::size_t batchLimit_;
 };

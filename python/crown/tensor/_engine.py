@@ -12,9 +12,9 @@ from typing import Dict, Tuple
 
 import torch
 
-from .. import _crown
+from .. import _crown, _pickle
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
-from ._record import Mesh, suspended
+from ._record import Mesh, Tensor, _location, suspended
 from .errors import RankLostError, RemoteException
 
 
@@ -90,6 +90,17 @@ class EngineBackend:
     def fetch(self, ref: int, rank: int) -> EngineFuture:
         return EngineFuture(self._client.fetch(ref, self._ranks[rank]))
 
+    def shard_token(self, ref: int) -> tuple:
+        """How a mesh tensor travels to an actor of one of the mesh's procs:
+        that rank's shard, read from its engine once the engine has every
+        batch sent so far (the actor's message may overtake the batch)."""
+        self._client.flush()
+        return (_shard, (self._client.engine_local, ref, self._client.batches_sent()))
+
+    @property
+    def engine_local(self) -> int:
+        return self._client.engine_local
+
     def sync(self):
         """Waits until every engine has run every command recorded so far;
         returns each engine's {"commands", "refs"}, by rank in the mesh."""
@@ -109,3 +120,40 @@ def mesh_of(shape: "_crown.Shape") -> Mesh:
         if mesh is None:
             mesh = _meshes[key] = Mesh(EngineBackend(shape))
         return mesh
+
+
+def _shard(engine_local: int, ref: int, batches: int) -> torch.Tensor:
+    """On the actor's rank: its shard of the tensor (no copy)."""
+    x = _crown.engine_shard(engine_local, ref, batches)
+    return torch.from_numpy(x) if not isinstance(x, torch.Tensor) else x
+
+
+def keep_on_engine(engine_local: int, ref: int, value) -> tuple:
+    """On the actor's rank (rref): defines ref on this rank's engine as the
+    endpoint's result; returns its metadata for the controller."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"rref needs the endpoint to return a torch.Tensor, not "
+                        f"{type(value).__name__}")
+    _crown.engine_define(engine_local, ref, value)
+    return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
+            value.device)
+
+
+def rref(shape, actor_local: int, name: str, args, kwargs, entries) -> Tensor:
+    """EndpointRef.rref: every actor's result kept on its rank as one mesh tensor."""
+    mesh = mesh_of(shape)
+    backend = mesh.backend
+    ref = backend.new_ref()
+    mesh.flush()  # the engines run (and register) before the actors store into them
+    payload = _pickle.dumps((("__crown_rref__", name, backend.engine_local, ref), args, kwargs))
+    replies = entries(_crown.cast_call(shape, actor_local, payload).get(None))
+    metas = set()
+    for rank, meta, error in replies:
+        if error is not None:
+            raise error
+        metas.add(meta)
+    if len(metas) != 1:
+        raise ValueError(f"rref({name}): the actors returned tensors of different shapes, "
+                         f"strides or dtypes: {sorted(map(str, metas))}")
+    with suspended():
+        return Tensor(None, mesh, ref, _location(), metas.pop())

@@ -328,6 +328,18 @@ class Tensor(torch.Tensor):
     def __format__(self, spec: str) -> str:
         return repr(self)  # torch's would fetch a 0-dim tensor's value
 
+    def __reduce_ex__(self, protocol):
+        # Passed to an actor's endpoint: that rank's shard arrives (read from
+        # its engine, which the actors of a proc share).
+        if self._ref is None:
+            raise DroppedTensorError(f"a dropped tensor (made at {self._location}) was sent")
+        token = getattr(self._mesh.backend, "shard_token", None)
+        if token is None:
+            raise TypeError("a mesh tensor travels to actors only on a mesh of crown's engines "
+                            "(ProcMesh.activate())")
+        self._mesh._send_deletes()
+        return token(self._ref)
+
     def _needs_values(self, *args, **kwargs):
         raise LocalValueError(
             "a mesh tensor's values live on the workers: fetch them with crown.inspect(t) "
