@@ -8,6 +8,13 @@ include(GNUInstallDirs)
 
 set(crown_libraries crown_common crown_wire crown_transport crown_actor crown_mesh crown_tensor
                     crown_bootstrap crown)
+# The CUDA and NCCL targets, when built: Crown::crown links NCCL's whole.
+if(CROWN_WITH_CUDA_ENABLED)
+  list(APPEND crown_libraries crown_cuda)
+endif()
+if(CROWN_WITH_NCCL_ENABLED)
+  list(APPEND crown_libraries crown_nccl)
+endif()
 install(TARGETS ${crown_libraries} EXPORT CrownTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -24,6 +31,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/CrownConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/CrownConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/CrownConfig.cmake ${PROJECT_BINARY_DIR}/CrownConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
   DESTINATION ${package_dir})
 
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/launch/crownrun DESTINATION ${CMAKE_INSTALL_BINDIR})

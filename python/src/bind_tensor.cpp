@@ -68,6 +68,13 @@ py::array numpyOver(ScalarType type, const std::vector<std::int64_t>& shape,
 // A shard as Python sees it: its own torch tensor, or a numpy array over it.
 py::object toPython(const LocalTensor& tensor) {
   if (auto* torch = dynamic_cast<TorchOwner*>(tensor.owner().get())) return torch->object;
+  // A device shard that no torch tensor holds (an NCCL collective's result):
+  // a numpy array over device memory would crash at its first read.
+  if (tensor.device().kind != DeviceKind::cpu) {
+    throw py::type_error(tensor.describe() + " on cuda:" + std::to_string(tensor.device().index) +
+                         " is a collective's result in device memory, which Python cannot take "
+                         "yet: reduce in place (reduce_) or fetch it");
+  }
   auto keep = std::make_unique<Keep>();
   keep->owner = tensor.owner();
   return numpyOver(tensor.dtype(), tensor.shape(), tensor.strides(), tensor.data(),
