@@ -92,6 +92,9 @@ def world_flat() -> ProcMesh:
 def shutdown(code: int = 0) -> None:
     """Ends the job from the controller: every worker exits with code."""
     sys.stdout.flush()
+    engines = sys.modules.get("crown.tensor._engine")
+    if engines is not None:
+        engines.finish_all()  # no tensor work left running while the ranks exit
     _crown.shutdown(code)
 
 

@@ -248,14 +248,15 @@ struct Engine::Impl {
 
 namespace {
 // Engines by their actor's address: unique in a process, simulated procs
-// included (each has its own rank).
+// included (each has its own rank). Never destroyed: engines go with their
+// Proc, which may be a static's that outlives any static here.
 struct Engines {
   std::mutex mutex;
   std::map<std::pair<Rank, std::uint64_t>, Engine*> byId;
 };
 Engines& engines() {
-  static Engines instance;
-  return instance;
+  static Engines* instance = new Engines;
+  return *instance;
 }
 }  // namespace
 

@@ -16,9 +16,11 @@ struct Registry {
   std::unordered_map<std::string, Kernel> kernels;
 };
 
+// Never destroyed (as the device registry below): engines that outlive
+// this file's statics at exit (a static Runtime's) still look kernels up.
 Registry& registry() {
-  static Registry instance;
-  return instance;
+  static Registry* instance = new Registry;
+  return *instance;
 }
 
 }  // namespace
@@ -51,8 +53,8 @@ struct DeviceRegistry {
   std::unordered_map<int, std::shared_ptr<DeviceCollectives>> byKind;
 };
 DeviceRegistry& devices() {
-  static DeviceRegistry instance;
-  return instance;
+  static DeviceRegistry* instance = new DeviceRegistry;
+  return *instance;
 }
 }  // namespace
 

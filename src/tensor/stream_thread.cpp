@@ -9,6 +9,7 @@ StreamThread::~StreamThread() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    queue_.clear();
   }
   changed_.notify_all();
   thread_.join();

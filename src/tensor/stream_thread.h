@@ -18,9 +18,10 @@ namespace crown::tensor::detail {
 class StreamThread {
  public:
   explicit StreamThread(std::size_t bound);
-  /// Runs what is queued, then joins. A task blocked for good (an MPI
-  /// collective that a lost member never joins fails once the MPI service
-  /// gives it up) holds this up until it ends.
+  /// Lets the running task finish, drops the tasks not yet started (the
+  /// engine is going: nobody reads what they would make), then joins. A
+  /// task blocked for good (an MPI collective that a lost member never
+  /// joins fails once the MPI service gives it up) holds this up until it ends.
   ~StreamThread();
   StreamThread(const StreamThread&) = delete;
   StreamThread& operator=(const StreamThread&) = delete;

@@ -111,6 +111,20 @@ _meshes: Dict[Tuple, Mesh] = {}
 _meshes_lock = threading.Lock()
 
 
+def finish_all() -> None:
+    """At shutdown: every mesh's engines run what they were given, so none
+    runs a torch op while its process exits. Best effort: a mesh with a lost
+    rank is skipped."""
+    with _meshes_lock:
+        meshes = list(_meshes.values())
+    for mesh in meshes:
+        try:
+            mesh.flush()
+            mesh.backend.sync()
+        except Exception:  # noqa: BLE001 - its error was the program's to see; exit anyway
+            pass
+
+
 def mesh_of(shape: "_crown.Shape") -> Mesh:
     """The tensor Mesh of the procs of `shape`: made (its engines spawned) on
     first use, then the same one for every ProcMesh of that shape."""

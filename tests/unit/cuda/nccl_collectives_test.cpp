@@ -91,9 +91,11 @@ struct NoMpi final : MpiService {
     refuse();
   }
   Future<void> alltoall(Comm, const void*, void*, std::size_t) override { refuse(); }
-  Comm commOver(const std::vector<std::size_t>&, const std::vector<std::size_t>&) override {
+  Comm commOver(const std::vector<std::size_t>&, const std::vector<std::size_t>&,
+                std::uint32_t) override {
     refuse();
   }
+  Comm commOfRanks(const std::vector<Rank>&, std::uint32_t) override { refuse(); }
   Rank commRank(Comm) const override { return 0; }
   std::vector<Rank> commMembers(Comm) const override { return {0}; }
   const void* nativeComm(Comm) const override { refuse(); }
