@@ -45,37 +45,17 @@ from mpi4py import MPI  # first: crown adopts this MPI
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                                "python"))
+# The example's model, data set and shards (every rank imports it the same way,
+# so its remote function resolves there too).
+from train_tensor_engine import LR, SAMPLES, model, shard_of, shard_shape  # noqa: E402
+
 BENCH = "tensor_train"
-SAMPLES, FEATURES, HIDDEN, LR = 4096, 32, 64, 0.3
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 MEMORY_STEPS = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
 WARMUP, ROUNDS = 5, 3  # each figure: the median of ROUNDS rounds of STEPS steps
 SYNC_EVERY = 10  # the memory loop's first run waits for the engines every SYNC_EVERY steps
-
-
-def dataset():
-    g = torch.Generator().manual_seed(7)
-    x = torch.randn(SAMPLES, FEATURES, generator=g)
-    y = torch.tanh(x @ torch.randn(FEATURES, 1, generator=g) / FEATURES**0.5)
-    return x, y
-
-
-def shard_of(index, parts):
-    """This rank's rows of the data set (under crown: run on every proc)."""
-    x, y = dataset()
-    rows = SAMPLES // parts
-    i = int(index)
-    return x[i * rows:(i + 1) * rows].clone(), y[i * rows:(i + 1) * rows].clone()
-
-
-def shard_shape(index, parts):
-    rows = SAMPLES // parts
-    return torch.empty(rows, FEATURES), torch.empty(rows, 1)
-
-
-def model():
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
-                               torch.nn.Linear(HIDDEN, 1))
 
 
 def step(net, opt, x, y, average=None):
