@@ -263,6 +263,7 @@ void bindTensor(py::module_& m) {
           py::arg("ref"), py::arg("rank"));
 
   registerKernel("torch", runTorchKernel);
+  registerKernelGuard("torch", [] { return std::static_pointer_cast<void>(std::make_shared<Gil>()); });
 
   // An actor of this proc reads (or defines) its engine's refs: a mesh tensor
   // passed to an endpoint arrives as this rank's shard; rref stores what an

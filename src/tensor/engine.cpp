@@ -68,6 +68,33 @@ struct Engine::Impl {
     return *it->second;
   }
 
+  // Consecutive calls of a kernel with a guard go to their stream as one
+  // task, run under one guard (kernel.h: Python's GIL, taken once).
+  void dispatchBatch(const std::vector<Command>& commands) {
+    for (std::size_t i = 0; i < commands.size();) {
+      const auto* call = std::get_if<Call>(&commands[i]);
+      KernelGuard guard = call ? findKernelGuard(call->kernel) : KernelGuard{};
+      if (!guard) {
+        dispatch(commands[i++]);
+        continue;
+      }
+      std::vector<Call> run;
+      for (; i < commands.size(); ++i) {
+        const auto* next = std::get_if<Call>(&commands[i]);
+        if (!next || next->kernel != call->kernel) break;
+        run.push_back(*next);
+      }
+      Stream& s = stream(current);
+      s.thread.post([this, &s, guard = std::move(guard), run = std::move(run)] {
+        auto held = guard();
+        for (const Call& c : run) {
+          ++ran;
+          this->call(c, s);
+        }
+      });
+    }
+  }
+
   void dispatch(const Command& command) {
     if (auto* s = std::get_if<SwitchStream>(&command)) {
       current = s->stream;
@@ -269,7 +296,7 @@ Engine::Engine(std::uint64_t seed) {
       engines().byId[{id().rank, id().local}] = this;
       registered_ = true;
     }
-    for (const Command& command : batch.commands) impl_->dispatch(command);
+    impl_->dispatchBatch(batch.commands);
     {
       std::lock_guard lock(impl_->batchMutex);
       ++impl_->batches;

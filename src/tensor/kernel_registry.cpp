@@ -14,6 +14,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::unordered_map<std::string, Kernel> kernels;
+  std::unordered_map<std::string, KernelGuard> guards;
 };
 
 // Never destroyed (as the device registry below): engines that outlive
@@ -36,6 +37,19 @@ Kernel findKernel(const std::string& name) {
   std::lock_guard lock(r.mutex);
   auto it = r.kernels.find(name);
   return it == r.kernels.end() ? Kernel{} : it->second;
+}
+
+void registerKernelGuard(const std::string& kernel, KernelGuard guard) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.guards[kernel] = std::move(guard);
+}
+
+KernelGuard findKernelGuard(const std::string& kernel) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.guards.find(kernel);
+  return it == r.guards.end() ? KernelGuard{} : it->second;
 }
 
 std::vector<std::string> kernelNames() {

@@ -9,7 +9,6 @@ StreamThread::~StreamThread() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    queue_.clear();
   }
   changed_.notify_all();
   thread_.join();

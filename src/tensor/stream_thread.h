@@ -18,10 +18,13 @@ namespace crown::tensor::detail {
 class StreamThread {
  public:
   explicit StreamThread(std::size_t bound);
-  /// Lets the running task finish, drops the tasks not yet started (the
-  /// engine is going: nobody reads what they would make), then joins. A
-  /// task blocked for good (an MPI collective that a lost member never
-  /// joins fails once the MPI service gives it up) holds this up until it ends.
+  /// Runs what is queued, then joins. Queued tasks are not dropped: one may
+  /// be what another stream waits for (a borrow's lend or return), and the
+  /// other streams keep running while this one is joined. A task blocked for
+  /// good (an MPI collective that a lost member never joins fails once the
+  /// MPI service gives it up) holds this up until it ends. (crown.shutdown
+  /// lets the engines finish first, so that no torch op runs while Python
+  /// itself is going.)
   ~StreamThread();
   StreamThread(const StreamThread&) = delete;
   StreamThread& operator=(const StreamThread&) = delete;

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,5 +50,15 @@ void registerKernel(const std::string& name, Kernel kernel);
 Kernel findKernel(const std::string& name);
 /// Names of every registered kernel, sorted (for error messages).
 std::vector<std::string> kernelNames();
+
+/// What consecutive calls of one kernel in a batch run under: the engine
+/// takes one guard for the whole run of them instead of each call taking
+/// its own (Python's takes the GIL once for a run of torch ops: on a rank
+/// whose controller records meanwhile, each acquisition may wait for
+/// Python's switch interval). Returns an object whose destruction ends it.
+using KernelGuard = std::function<std::shared_ptr<void>()>;
+void registerKernelGuard(const std::string& kernel, KernelGuard guard);
+/// The guard of `kernel`, or an empty function.
+KernelGuard findKernelGuard(const std::string& kernel);
 
 }  // namespace crown::tensor

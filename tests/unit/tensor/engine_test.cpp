@@ -146,6 +146,26 @@ TEST_F(EngineTest, AGpuShardWithoutGpuSupportFailsItsFetchSayingSo) {
   EXPECT_NE(why.find("cannot copy it to the host"), std::string::npos) << why;
 }
 
+TEST_F(EngineTest, ARunOfCallsOfAGuardedKernelTakesItsGuardOnce) {
+  static std::atomic<int> guards{0}, calls{0};
+  registerKernel("test.guarded", [](KernelContext&, const std::vector<LocalTensor>&) {
+    ++calls;
+    return std::vector<LocalTensor>{LocalTensor::zeros(ScalarType::f32, {1})};
+  });
+  registerKernelGuard("test.guarded", [] {
+    ++guards;
+    return std::shared_ptr<void>();
+  });
+  std::vector<DTensor> keep;
+  for (int i = 0; i < 10; ++i)
+    keep.push_back(tm.call("test.guarded", {}, {{{1}, ScalarType::f32}})[0]);
+  auto other = tm.ones({1});  // another kernel ends the run
+  keep.push_back(tm.call("test.guarded", {}, {{{1}, ScalarType::f32}})[0]);
+  tm.sync();
+  EXPECT_EQ(calls, 4 * 11);
+  EXPECT_EQ(guards, 4 * 2);  // per proc: one for the run of ten, one for the last call
+}
+
 TEST_F(EngineTest, ADroppedTensorIsDeletedOnEveryRank) {
   RefId ref;
   {
