@@ -191,3 +191,24 @@ def test_actors_get_their_ranks_shard_and_rref_makes_a_mesh_tensor():
         total = (made * 2).reduce(("dp", "tp"))
     np.testing.assert_array_equal(inspect(total).numpy(), [2.0 * (0 + 1 + 2 + 3)] * 3)
     np.testing.assert_array_equal(fetch_shard(made, dp=1, tp=1).get(timeout=30).numpy(), [3.0] * 3)
+
+
+def test_slice_mesh_and_to_mesh_hand_shards_to_meshes_of_the_same_procs():
+    procs = grid()
+    with procs.activate():
+        x = torch.rand(4, dtype=torch.float64)
+    shards_of_x = shards(x, procs)
+    row = x.slice_mesh(dp=1)  # ranks 2 and 3, as {tp: 2}
+    assert row.mesh is procs.slice(dp=1).tensors()
+    with procs.slice(dp=1).activate():
+        total = row.reduce("tp")
+    np.testing.assert_allclose(inspect(total).numpy(), shards_of_x[(1, 0)] + shards_of_x[(1, 1)])
+    flat = crown.world_flat()  # the same four procs, as {ranks: 4}
+    moved = x.to_mesh(flat)
+    with flat.activate():
+        everything = moved.reduce("ranks")
+    np.testing.assert_allclose(inspect(everything).numpy(), sum(shards_of_x.values()))
+    np.testing.assert_array_equal(fetch_shard(moved, ranks=3).get(timeout=30).numpy(),
+                                  shards_of_x[(1, 1)])
+    with pytest.raises(ValueError, match="no shard of it"):
+        row.to_mesh(procs)  # ranks 0 and 1 hold none of row

@@ -287,8 +287,27 @@ Engines& engines() {
 }
 }  // namespace
 
+namespace {
+// "crown.import": ints = {engine local id, ref, batches}: that ref's shard on
+// this proc, from another engine of this process (a mesh tensor moved to a
+// mesh of the same procs, or to a slice of its own: slice_mesh, to_mesh).
+// Waits until that engine has the batches that make it (Engine::shard).
+std::vector<LocalTensor> importShard(KernelContext& context, const std::vector<LocalTensor>&) {
+  const auto& ints = context.call.ints;
+  if (ints.size() != 3) throw ConfigError("crown.import takes an engine, a ref and a batch count");
+  Engine* from = Engine::find({context.rank, static_cast<std::uint64_t>(ints[0])});
+  if (!from) {
+    throw ConfigError("rank " + std::to_string(context.rank) +
+                      " holds no shard of the tensor to move: its mesh does not hold this rank");
+  }
+  return {from->shard(static_cast<RefId>(ints[1]), static_cast<std::uint64_t>(ints[2]))};
+}
+}  // namespace
+
 Engine::Engine(std::uint64_t seed) {
   detail::registerNativeKernels();
+  static std::once_flag once;
+  std::call_once(once, [] { registerKernel("crown.import", importShard); });
   impl_ = std::make_unique<Impl>(Proc::current(), mesh::here(), seed);
   handle<CommandBatch>([this](const CommandBatch& batch) {
     if (!registered_) {  // the id is set before the first handler runs, not in the constructor

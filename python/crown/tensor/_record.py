@@ -374,6 +374,32 @@ class Tensor(torch.Tensor):
                 _returned(borrow[1])
             self._mesh._release(ref)
 
+    def slice_mesh(self, **coords) -> "Tensor":
+        """This tensor on a slice of its mesh (``slice_mesh(procs=0)``, or
+        ``procs=slice(0, 2)``): the selected procs' shards, as a tensor of
+        the sliced mesh (whose own activate() then records on it)."""
+        return self._moved("slice_mesh", lambda backend: backend.slice(coords))
+
+    def to_mesh(self, mesh) -> "Tensor":
+        """This tensor on another mesh (a ProcMesh or a crown.tensor.Mesh) of
+        the same procs: each proc's shard, handed to that mesh's engine."""
+        target = mesh.tensors() if hasattr(mesh, "tensors") else mesh
+        return self._moved("to_mesh", lambda backend: target)
+
+    def _moved(self, name: str, target_of) -> "Tensor":
+        if self._ref is None:
+            raise DroppedTensorError(f"{name}: the tensor (made at {self._location}) was dropped")
+        move = getattr(self._mesh.backend, "move", None)
+        if move is None:
+            raise NotImplementedError(f"{name} needs a mesh of crown's engines (ProcMesh.activate())")
+        with suspended():
+            check_use(self, name, writes=False)
+            self._mesh.flush()
+            target = target_of(self._mesh.backend)
+            if target is self._mesh:
+                return self
+            return move(self, target, _location())
+
     def reduce(self, dims: Union[str, Sequence[str]] = (), reduction: str = "sum",
                scatter: bool = False) -> "Tensor":
         """A collective over the mesh dims (a label or labels; () = all).
