@@ -1,6 +1,6 @@
-// The process-wide registries of kernels by name and of device collectives
-// by device. Both are code, the same on every proc of a process, so one
-// registry serves every engine.
+// The process-wide registries of kernels and their guards by name, and of
+// device collectives by device. They hold code, the same on every proc of a
+// process, so one registry serves every engine.
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -11,78 +11,61 @@
 namespace crown::tensor {
 namespace {
 
-struct Registry {
-  std::mutex mutex;
-  std::unordered_map<std::string, Kernel> kernels;
-  std::unordered_map<std::string, KernelGuard> guards;
+// One registry: values by key under a lock; find() gives an empty value
+// for an unknown key.
+template <class Key, class Value>
+class Registry {
+ public:
+  void set(const Key& key, Value value) {
+    std::lock_guard lock(mutex_);
+    values_[key] = std::move(value);
+  }
+  Value find(const Key& key) const {
+    std::lock_guard lock(mutex_);
+    auto it = values_.find(key);
+    return it == values_.end() ? Value{} : it->second;
+  }
+  std::vector<Key> keys() const {
+    std::lock_guard lock(mutex_);
+    std::vector<Key> out;
+    for (const auto& [key, value] : values_) out.push_back(key);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<Key, Value> values_;
 };
 
-// Never destroyed (as the device registry below): engines that outlive
-// this file's statics at exit (a static Runtime's) still look kernels up.
-Registry& registry() {
-  static Registry* instance = new Registry;
+// Never destroyed: engines that outlive this file's statics at exit (a
+// static Runtime's) still look kernels up.
+template <class Key, class Value>
+Registry<Key, Value>& registry() {
+  static auto* instance = new Registry<Key, Value>;
   return *instance;
 }
 
+auto& kernels() { return registry<std::string, Kernel>(); }
+auto& guards() { return registry<std::string, KernelGuard>(); }
+auto& devices() { return registry<int, std::shared_ptr<DeviceCollectives>>(); }
+
 }  // namespace
 
-void registerKernel(const std::string& name, Kernel kernel) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  r.kernels[name] = std::move(kernel);
-}
-
-Kernel findKernel(const std::string& name) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto it = r.kernels.find(name);
-  return it == r.kernels.end() ? Kernel{} : it->second;
-}
+void registerKernel(const std::string& name, Kernel kernel) { kernels().set(name, std::move(kernel)); }
+Kernel findKernel(const std::string& name) { return kernels().find(name); }
+std::vector<std::string> kernelNames() { return kernels().keys(); }
 
 void registerKernelGuard(const std::string& kernel, KernelGuard guard) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  r.guards[kernel] = std::move(guard);
+  guards().set(kernel, std::move(guard));
 }
-
-KernelGuard findKernelGuard(const std::string& kernel) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto it = r.guards.find(kernel);
-  return it == r.guards.end() ? KernelGuard{} : it->second;
-}
-
-std::vector<std::string> kernelNames() {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, kernel] : r.kernels) names.push_back(name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-namespace {
-struct DeviceRegistry {
-  std::mutex mutex;
-  std::unordered_map<int, std::shared_ptr<DeviceCollectives>> byKind;
-};
-DeviceRegistry& devices() {
-  static DeviceRegistry* instance = new DeviceRegistry;
-  return *instance;
-}
-}  // namespace
+KernelGuard findKernelGuard(const std::string& kernel) { return guards().find(kernel); }
 
 void registerDeviceCollectives(DeviceKind kind, std::shared_ptr<DeviceCollectives> collectives) {
-  auto& r = devices();
-  std::lock_guard lock(r.mutex);
-  r.byKind[static_cast<int>(kind)] = std::move(collectives);
+  devices().set(static_cast<int>(kind), std::move(collectives));
 }
-
 std::shared_ptr<DeviceCollectives> findDeviceCollectives(DeviceKind kind) {
-  auto& r = devices();
-  std::lock_guard lock(r.mutex);
-  auto it = r.byKind.find(static_cast<int>(kind));
-  return it == r.byKind.end() ? nullptr : it->second;
+  return devices().find(static_cast<int>(kind));
 }
 
 }  // namespace crown::tensor
