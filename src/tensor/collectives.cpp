@@ -227,7 +227,6 @@ LocalTensor Collectives::move(const Collective& command, const Group& g,
     return findDeviceCollectives(input.device().kind)
         ->run(command, CollectiveGroup{mpi, g.comm, g.members, index}, input);
   }
-  LocalTensor dense = command.kind == CollectiveKind::allreduce ? input : input.contiguousCopy();
   auto members = static_cast<std::int64_t>(g.size);
   DType type = mpiType(input.dtype());
   switch (command.kind) {
@@ -250,7 +249,7 @@ LocalTensor Collectives::move(const Collective& command, const Group& g,
     case CollectiveKind::reduceScatter: {
       auto shape = input.shape();
       shape[0] /= members;
-      LocalTensor out = LocalTensor::allocate(input.dtype(), shape);
+      LocalTensor dense = input.contiguousCopy(), out = LocalTensor::allocate(input.dtype(), shape);
       mpi.reduceScatter(g.comm, dense.data(), out.data(), static_cast<std::size_t>(out.numel()),
                         type, mpiReduce(command.reduction))
           .get();
@@ -260,11 +259,12 @@ LocalTensor Collectives::move(const Collective& command, const Group& g,
     case CollectiveKind::allgather: {
       auto shape = input.shape();
       shape.insert(shape.begin(), members);
-      LocalTensor out = LocalTensor::allocate(input.dtype(), shape);
+      LocalTensor dense = input.contiguousCopy(), out = LocalTensor::allocate(input.dtype(), shape);
       mpi.allgather(g.comm, dense.data(), out.data(), dense.nbytes()).get();
       return out;
     }
     case CollectiveKind::alltoall: {
+      LocalTensor dense = input.contiguousCopy();
       LocalTensor out = LocalTensor::allocate(input.dtype(), input.shape());
       mpi.alltoall(g.comm, dense.data(), out.data(), dense.nbytes() / g.size).get();
       return out;
