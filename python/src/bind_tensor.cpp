@@ -190,6 +190,8 @@ void bindTensor(py::module_& m) {
       .def_property_readonly("shape", &TensorClient::shape)
       .def_property_readonly("engine_local", &TensorClient::engineLocal)
       .def("batches_sent", &TensorClient::batchesSent)
+      .def("move_to", &TensorClient::moveTo, py::arg("target"), py::arg("ref"), py::arg("result"),
+           py::arg("view") = false, py::arg("origin") = "", py::call_guard<py::gil_scoped_release>())
       .def("new_ref", &TensorClient::newRef)
       .def(
           "call",

@@ -2,7 +2,8 @@
 recovery on, which keeps the survivors alive): the controller's fetch
 raises SupervisionError (crown.tensor.RankLostError) naming the lost rank,
 within the heartbeat bound; later collectives over its group fail at once;
-a mesh of the survivors reduces again; the job ends with every survivor."""
+a tensor moved from the lost rank (to_mesh) fails the same way; a mesh of
+the survivors reduces again; the job ends with every survivor."""
 import os
 import time
 
@@ -21,6 +22,9 @@ def die_on_rank_three(x, rank):
 
 def main():
     procs = crown.world_flat()  # {ranks: 4}
+    last, first = procs.slice(ranks=slice(3, 4)), procs.slice(ranks=slice(0, 1))
+    with last.activate():
+        on_three = torch.ones(2)  # rank 3's, before it dies
     with procs.activate():
         rank = procs.tensors().rank("ranks")
         x = remote(die_on_rank_three, propagate=lambda x, rank: x)(torch.ones(4), rank)
@@ -41,6 +45,14 @@ def main():
     except RankLostError as e:
         print(f"a later collective failed in {time.monotonic() - start:.3f} s, naming rank "
               f"{e.lost_rank}")
+    start = time.monotonic()
+    try:
+        inspect(on_three.to_mesh(first))  # rank 3 -> rank 0, over MPI
+        raise SystemExit("a shard came from a dead rank")
+    except RankLostError as e:
+        assert e.lost_rank == 3, e
+        print(f"a move from the lost rank failed in {time.monotonic() - start:.3f} s, naming "
+              f"rank {e.lost_rank}")
     survivors = procs.slice(ranks=slice(0, 3))
     with survivors.activate():
         three = torch.ones(2).reduce("ranks")

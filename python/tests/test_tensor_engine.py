@@ -203,12 +203,68 @@ def test_slice_mesh_and_to_mesh_hand_shards_to_meshes_of_the_same_procs():
     with procs.slice(dp=1).activate():
         total = row.reduce("tp")
     np.testing.assert_allclose(inspect(total).numpy(), shards_of_x[(1, 0)] + shards_of_x[(1, 1)])
-    flat = crown.world_flat()  # the same four procs, as {ranks: 4}
+    flat = crown.world_flat()  # the same four procs, as {ranks: 4}: each keeps its own shard
     moved = x.to_mesh(flat)
     with flat.activate():
         everything = moved.reduce("ranks")
     np.testing.assert_allclose(inspect(everything).numpy(), sum(shards_of_x.values()))
     np.testing.assert_array_equal(fetch_shard(moved, ranks=3).get(timeout=30).numpy(),
                                   shards_of_x[(1, 1)])
-    with pytest.raises(ValueError, match="no shard of it"):
-        row.to_mesh(procs)  # ranks 0 and 1 hold none of row
+    with procs.activate():
+        x.add_(1)  # to_mesh copied; slice_mesh is a view
+    np.testing.assert_array_equal(fetch_shard(moved, ranks=3).get(timeout=30).numpy(),
+                                  shards_of_x[(1, 1)])
+    np.testing.assert_array_equal(fetch_shard(row, tp=1).get(timeout=30).numpy(),
+                                  shards_of_x[(1, 1)] + 1)
+
+
+def test_to_mesh_moves_shards_between_procs_by_coordinates_and_broadcasts():
+    procs = grid()
+    top, bottom = procs.slice(dp=0), procs.slice(dp=1)  # ranks 0, 1 and 2, 3, each {tp: 2}
+    with top.activate():
+        x = torch.rand(5, 3, dtype=torch.float64)
+        t = x.t()  # not contiguous: it arrives as the same values
+    xs = {tp: fetch_shard(x, tp=tp).get(timeout=30).numpy() for tp in range(2)}
+    y, ty = x.to_mesh(bottom), t.to_mesh(bottom)  # rank 0 -> 2, rank 1 -> 3, over MPI
+    assert y.mesh is bottom.tensors()
+    with top.activate():
+        x.mul_(0)  # after the move: y keeps the values it was sent
+    for tp in range(2):
+        np.testing.assert_array_equal(fetch_shard(y, tp=tp).get(timeout=30).numpy(), xs[tp])
+        np.testing.assert_array_equal(fetch_shard(ty, tp=tp).get(timeout=30).numpy(), xs[tp].T)
+    with bottom.activate():
+        total = (y * 2).reduce("tp")
+    np.testing.assert_allclose(inspect(total).numpy(), 2 * (xs[0] + xs[1]))
+    # Onto the whole grid, which has tp and also dp: copied along dp (Monarch's broadcast).
+    everywhere = y.to_mesh(procs)
+    got = shards(everywhere, procs)
+    for (dp, tp), shard in got.items():
+        np.testing.assert_array_equal(shard, xs[tp])
+
+
+def test_each_mesh_of_a_proc_gives_its_own_coordinates():
+    procs = grid()  # another mesh's engines on the same procs run torch ops first
+    with procs.activate():
+        first = torch.ones(1) * 2
+    inspect(first)
+    flat = crown.world_flat()
+    with flat.activate():
+        index = flat.tensors().rank("ranks")
+    assert [int(fetch_shard(index, ranks=r).get(timeout=30)) for r in range(4)] == [0, 1, 2, 3]
+
+
+def test_to_mesh_carries_a_failed_source_and_refuses_meshes_it_cannot_map():
+    procs = grid()
+    top, bottom = procs.slice(dp=0), procs.slice(dp=1)
+    with procs.activate():
+        rank = procs.tensors().rank(("dp", "tp"))
+        y = remote(fails_on_rank_two, propagate=lambda x, rank: x)(torch.ones(3), rank)
+    broken = y.slice_mesh(dp=1).to_mesh(top)  # rank 2's failure goes to rank 0 instead of data
+    with pytest.raises(RemoteException) as failed:
+        fetch_shard(broken, tp=0).get(timeout=30)
+    assert failed.value.rank == 2 and "rank two has no data" in failed.value.message
+    np.testing.assert_array_equal(fetch_shard(broken, tp=1).get(timeout=30).numpy(), [2.0] * 3)
+    with top.activate():
+        x = torch.ones(2)
+    with pytest.raises(ValueError, match="holds no shard"):
+        x.to_mesh(crown.world_flat().slice(ranks=slice(2, 4)))  # other labels, other procs

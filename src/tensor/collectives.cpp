@@ -44,13 +44,6 @@ void divideBy(LocalTensor& tensor, std::size_t count) {
   }
 }
 
-// A fresh contiguous copy that shares no memory with `source`.
-LocalTensor copyOf(const LocalTensor& source) {
-  LocalTensor copy = LocalTensor::allocate(source.dtype(), source.shape());
-  copy.assign(source.contiguousCopy());
-  return copy;
-}
-
 }  // namespace
 
 Collectives::Collectives(Proc& proc, const mesh::Shape& shape, std::uint32_t instance)
@@ -234,7 +227,7 @@ LocalTensor Collectives::move(const Collective& command, const Group& g,
       // In place when the command says so and the memory allows: then every
       // view of the source sees the result too, as torch's in-place ops do.
       bool inPlace = command.result == command.source && input.contiguous();
-      LocalTensor out = inPlace ? input : copyOf(input);
+      LocalTensor out = inPlace ? input : input.clone();
       mpi.allreduce(g.comm, out.data(), static_cast<std::size_t>(out.numel()), type,
                     mpiReduce(command.reduction))
           .get();
@@ -270,7 +263,7 @@ LocalTensor Collectives::move(const Collective& command, const Group& g,
       return out;
     }
     case CollectiveKind::broadcast: {
-      LocalTensor out = copyOf(input);
+      LocalTensor out = input.clone();
       mpi.broadcast(g.comm, out.data(), out.nbytes(), static_cast<Rank>(command.root)).get();
       return out;
     }

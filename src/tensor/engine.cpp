@@ -17,6 +17,7 @@
 #include "tensor/native_kernels.h"
 #include "tensor/ref_table.h"
 #include "tensor/stream_thread.h"
+#include "tensor/transfer.h"
 
 namespace crown::tensor {
 
@@ -183,6 +184,17 @@ struct Engine::Impl {
       if (outcome.failure) return refs.poison(c->result, outcome.failure);
       return refs.define(c->result, std::move(outcome.result));
     }
+    if (auto* t = std::get_if<Transfer>(&command)) return transfer(*t);
+  }
+
+  void transfer(const Transfer& t) {
+    if (t.sending) {
+      auto source = refs.find(t.source);
+      return detail::sendShards(proc, t, source ? &*source : nullptr);
+    }
+    for (const auto& [from, to] : t.routes) {
+      if (to == proc.rank()) return refs.define(t.result, detail::receiveShard(proc, t, from));
+    }
   }
 
   void call(const Call& c, Stream& s) {
@@ -287,27 +299,8 @@ Engines& engines() {
 }
 }  // namespace
 
-namespace {
-// "crown.import": ints = {engine local id, ref, batches}: that ref's shard on
-// this proc, from another engine of this process (a mesh tensor moved to a
-// mesh of the same procs, or to a slice of its own: slice_mesh, to_mesh).
-// Waits until that engine has the batches that make it (Engine::shard).
-std::vector<LocalTensor> importShard(KernelContext& context, const std::vector<LocalTensor>&) {
-  const auto& ints = context.call.ints;
-  if (ints.size() != 3) throw ConfigError("crown.import takes an engine, a ref and a batch count");
-  Engine* from = Engine::find({context.rank, static_cast<std::uint64_t>(ints[0])});
-  if (!from) {
-    throw ConfigError("rank " + std::to_string(context.rank) +
-                      " holds no shard of the tensor to move: its mesh does not hold this rank");
-  }
-  return {from->shard(static_cast<RefId>(ints[1]), static_cast<std::uint64_t>(ints[2]))};
-}
-}  // namespace
-
 Engine::Engine(std::uint64_t seed) {
   detail::registerNativeKernels();
-  static std::once_flag once;
-  std::call_once(once, [] { registerKernel("crown.import", importShard); });
   impl_ = std::make_unique<Impl>(Proc::current(), mesh::here(), seed);
   handle<CommandBatch>([this](const CommandBatch& batch) {
     if (!registered_) {  // the id is set before the first handler runs, not in the constructor

@@ -198,6 +198,14 @@ LocalTensor LocalTensor::contiguousCopy() const {
   return out;
 }
 
+LocalTensor LocalTensor::clone() const {
+  if (!contiguous()) return contiguousCopy();  // a fresh block already
+  CROWN_CHECK(device_.kind == DeviceKind::cpu, "clone of a tensor that is not on the CPU");
+  LocalTensor out = allocate(dtype_, shape_);
+  std::memcpy(out.data(), data_, nbytes());
+  return out;
+}
+
 void LocalTensor::assign(const LocalTensor& from) {
   CROWN_CHECK(from.dtype_ == dtype_ && from.numel() == numel() && from.contiguous(),
               "assign of " + from.describe() + " to " + describe());

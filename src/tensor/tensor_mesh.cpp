@@ -213,6 +213,16 @@ DTensor DTensor::broadcast(const std::vector<std::string>& dims, std::int64_t ro
   return collective(CollectiveKind::broadcast, dims, Reduction::sum, root, shape());
 }
 
+DTensor DTensor::toMesh(TensorMesh& target) const {
+  auto handle = std::make_shared<Handle>();
+  handle->client = target.client_;
+  handle->ref = target.client_->newRef();
+  handle->shape = shape();
+  handle->dtype = dtype();
+  handle_->client->moveTo(*target.client_, ref(), handle->ref);
+  return DTensor(std::move(handle));
+}
+
 Future<LocalTensor> DTensor::fetch(const std::map<std::string, std::size_t>& coords) const {
   const mesh::Shape& shape = handle_->client->shape();
   std::map<std::string, std::size_t> full;

@@ -256,6 +256,29 @@ TEST_F(TensorTest, AMeshOfPartOfTheLaunchRunsItsCollectivesOverItsMembers) {
   EXPECT_EQ(stacked.shape(), (std::vector<std::int64_t>{2, kBlock}));
 }
 
+TEST_F(TensorTest, ToMeshMovesShardsBetweenProcsByCoordinatesAndCopiesAlongNewDims) {
+  mesh::Shape grid({{"dp", 2}, {"tp", 2}});
+  TensorMesh top(ProcMesh(grid.at("dp", 0))), bottom(ProcMesh(grid.at("dp", 1)));
+  auto x = top.call("test.rank_values", {}, {{{kBlock}, ScalarType::f64}}, {kBlock})[0];
+  auto moved = x.toMesh(bottom);  // rank 0 -> 2 and 1 -> 3, over MPI
+  EXPECT_EQ(values(moved.fetch({{"tp", 1}}).get(30s)), valuesOf(1, kBlock));
+  EXPECT_EQ(values(moved.reduce("tp").fetch({{"tp", 0}}).get(30s)),
+            (std::vector<double>{1 + 101, 2 + 102, 3 + 103}));
+  auto everywhere = x.toMesh(tm());  // the grid has tp and dp: a copy on both rows
+  for (Rank r = 0; r < 4; ++r) {
+    EXPECT_EQ(values(everywhere.fetch(coordsOf(r)).get(30s)), valuesOf(r % 2, kBlock)) << r;
+  }
+  // A failed source: its failure, not data, on the far side.
+  auto broken = top.call("test.fails_on_rank", {}, {{{4}, ScalarType::f64}}, {1})[0].toMesh(bottom);
+  try {
+    broken.fetch({{"tp", 1}}).get(30s);
+    ADD_FAILURE() << "the failure on rank 1 did not reach rank 3";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("no data on this rank"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(values(broken.fetch({{"tp", 0}}).get(30s)), std::vector<double>(4, 0.0));
+}
+
 TEST_F(TensorTest, DeviceShardsGoToTheDevicesCollectivesAndComeBackToTheHostToBeFetched) {
   int before = fakeGpu()->runs;
   auto x = rankValues({kBlock});

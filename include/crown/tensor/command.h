@@ -8,6 +8,7 @@
 #include <boost/serialization/split_member.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -113,7 +114,29 @@ struct ReturnBorrow {
   }
 };
 
-using Command = std::variant<Call, Collective, Delete, SwitchStream, Borrow, ReturnBorrow>;
+/// A mesh tensor's shards moved to the engines of another mesh (to_mesh,
+/// slice_mesh): the same command goes to both meshes, `sending` set in the
+/// source mesh's copy. Each route (from, to) is a pair of world ranks: at
+/// this point of its stream, the source engine on `from` sends its shard of
+/// `source` (over MPI to another proc; within one proc, handed over: a copy,
+/// or with `view` the shard itself), and the target engine on `to` defines
+/// `result` from it. A failed source poisons the result with its failure.
+struct Transfer {
+  bool sending = false;
+  bool view = false;
+  std::uint64_t id = 0;  ///< unique per controller: names the hand-over, makes the MPI tag
+  RefId source = 0;
+  RefId result = 0;
+  std::vector<std::pair<Rank, Rank>> routes;
+  std::string origin;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& sending& view& id& source& result& routes& origin;
+  }
+};
+
+using Command =
+    std::variant<Call, Collective, Delete, SwitchStream, Borrow, ReturnBorrow, Transfer>;
 
 /// What a flush casts: commands run in this order on every proc (ORD-1
 /// keeps the batches of one controller in order too).
@@ -146,6 +169,7 @@ struct CommandBatch {
         case 3: commands.push_back(read<SwitchStream>(archive)); break;
         case 4: commands.push_back(read<Borrow>(archive)); break;
         case 5: commands.push_back(read<ReturnBorrow>(archive)); break;
+        case 6: commands.push_back(read<Transfer>(archive)); break;
         default: throw ProtocolError("unknown tensor command " + std::to_string(index));
       }
     }

@@ -88,6 +88,8 @@ class LocalTensor {
 
   /// A contiguous copy (CPU), or this tensor itself when it is contiguous.
   LocalTensor contiguousCopy() const;
+  /// A contiguous copy (CPU) that shares no memory with this tensor.
+  LocalTensor clone() const;
   /// Writes `from` (same type and element count, contiguous) into this
   /// tensor's elements, following its strides.
   void assign(const LocalTensor& from);

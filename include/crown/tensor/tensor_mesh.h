@@ -55,6 +55,13 @@ class TensorClient {
   /// Flushes and waits until every engine has run every command so far;
   /// returns each engine's stats, by rank in the mesh (row-major).
   std::vector<EngineStats> sync();
+  /// Records the move of `ref`'s shards to `target`'s engines, where they
+  /// become `result` (a ref of `target`), by the routes of
+  /// transferRoutes(), and flushes this client (the source). Between two
+  /// engines of one proc nothing goes over MPI: the target gets a copy, or
+  /// with `view` the shard itself (writes to either show in both).
+  void moveTo(TensorClient& target, RefId ref, RefId result, bool view = false,
+              std::string origin = {});
 
  private:
   ActorMesh<Engine> engines_;
@@ -67,6 +74,15 @@ class TensorClient {
 };
 
 class DTensor;
+
+/// Where each shard of a mesh tensor of `from` comes from on a mesh of `to`
+/// (to_mesh): (from, to) pairs of world ranks, one per rank of `to`.
+/// Monarch's rule first: when `to` has every dimension of `from`, of the
+/// same sizes, the shard at each coordinate of `to` is the source's at the
+/// same coordinates of those dimensions (copied along `to`'s other
+/// dimensions). Otherwise, when every proc of `to` holds a shard, it keeps
+/// its own (a slice, other labels). Throws ConfigError when neither applies.
+std::vector<std::pair<Rank, Rank>> transferRoutes(const mesh::Shape& from, const mesh::Shape& to);
 
 class TensorMesh {
  public:
@@ -126,6 +142,10 @@ class DTensor {
   DTensor alltoall(const std::vector<std::string>& dims) const;
   /// Member `root`'s shard (its index in the group) on every member.
   DTensor broadcast(const std::vector<std::string>& dims, std::int64_t root = 0) const;
+
+  /// This tensor on the mesh of `target` (Monarch's to_mesh; the routes of
+  /// transferRoutes()): over MPI between procs, handed over within one.
+  DTensor toMesh(TensorMesh& target) const;
 
   /// The shard at `coords` (labels not given: index 0).
   Future<LocalTensor> fetch(const std::map<std::string, std::size_t>& coords = {}) const;

@@ -82,17 +82,4 @@ class ReturnBorrow:
     id: int
 
 
-@dataclass(slots=True)
-class Import:
-    """Defines `result` on each proc as that proc's shard of `ref` of another
-    mesh's engine (`engine`, its actor id) once that engine has `batches`
-    batches: a tensor moved to a mesh of the same procs (to_mesh, slice_mesh)."""
-
-    result: int
-    engine: int
-    ref: int
-    batches: int
-    location: str
-
-
 REDUCTIONS = ("sum", "avg", "min", "max", "product", "stack")

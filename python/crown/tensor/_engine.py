@@ -13,7 +13,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import _crown, _pickle
-from ._commands import Borrow, Call, Delete, Import, Reduce, ReturnBorrow, SwitchStream
+from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._record import Mesh, Tensor, _location, suspended
 from .errors import RankLostError, RemoteException
 
@@ -82,12 +82,6 @@ class EngineBackend:
                                 command.mutable)
         elif kind is ReturnBorrow:
             self._client.return_borrow(command.id)
-        elif kind is Import:
-            # ints are int64: a mesh actor's id has its top bit set (the kernel
-            # reads the same 64 bits back as unsigned)
-            engine = command.engine - (1 << 64) if command.engine >= 1 << 63 else command.engine
-            self._client.call("crown.import", [], [command.result], b"", command.location,
-                              "float32", [engine, command.ref, command.batches])
         else:
             raise TypeError(f"unknown tensor command {command!r}")
 
@@ -112,21 +106,16 @@ class EngineBackend:
         """The tensor Mesh of a slice of these procs (ProcMesh.slice's selectors)."""
         return mesh_of(self._procs.select(coords))
 
-    def move(self, t: Tensor, target: Mesh, location: str) -> Tensor:
-        """t (flushed) as a tensor of `target`, whose procs must hold its shards:
-        each target engine takes its proc's shard from t's engine (no copy)."""
+    def move(self, t: Tensor, target: Mesh, view: bool, location: str) -> Tensor:
+        """t as a tensor of `target` (TensorClient::moveTo's routes): over
+        MPI between procs, in memory within one (view: no copy)."""
         backend = target.backend
         if not isinstance(backend, EngineBackend):
             raise TypeError(f"a mesh tensor moves only to a mesh of crown's engines, not {target}")
-        missing = set(backend._ranks) - set(self._ranks)
-        if missing:
-            raise ValueError(
-                f"the tensor lives on ranks {sorted(self._ranks)}; the target mesh also holds "
-                f"ranks {sorted(missing)}, which have no shard of it (moving shards between "
-                "ranks is not supported yet)")
         ref = backend.new_ref()
-        target._record(Import(ref, self._client.engine_local, t._ref, self._client.batches_sent(),
-                              location))
+        t._mesh._on_stream()  # the source engines send on the tensor's stream
+        target._on_stream()
+        self._client.move_to(backend._client, t._ref, ref, view, location)
         return Tensor(t.__dict__.get("_fake"), target, ref, location, t._meta)
 
     def sync(self):

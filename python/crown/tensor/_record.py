@@ -189,10 +189,14 @@ class Mesh:
 
     def _record(self, command) -> None:
         """Records a command on the current stream."""
+        self._on_stream()
+        self.backend.record(command)
+
+    def _on_stream(self) -> None:
+        """The engines' later commands run on the current stream."""
         if self._stream_id != _stream_now.id:
             self._stream_id = _stream_now.id
             self.backend.record(SwitchStream(self._stream_id))
-        self.backend.record(command)
 
     def _send_deletes(self) -> None:
         if self._returns:
@@ -376,17 +380,22 @@ class Tensor(torch.Tensor):
 
     def slice_mesh(self, **coords) -> "Tensor":
         """This tensor on a slice of its mesh (``slice_mesh(procs=0)``, or
-        ``procs=slice(0, 2)``): the selected procs' shards, as a tensor of
-        the sliced mesh (whose own activate() then records on it)."""
-        return self._moved("slice_mesh", lambda backend: backend.slice(coords))
+        ``procs=slice(0, 2)``): the selected procs' shards themselves (a
+        view: writes to either show in both), as a tensor of the sliced mesh
+        (whose own activate() then records on it)."""
+        return self._moved("slice_mesh", lambda backend: backend.slice(coords), view=True)
 
     def to_mesh(self, mesh) -> "Tensor":
-        """This tensor on another mesh (a ProcMesh or a crown.tensor.Mesh) of
-        the same procs: each proc's shard, handed to that mesh's engine."""
+        """This tensor on another mesh (a ProcMesh or a crown.tensor.Mesh).
+        When that mesh has every dimension of this one, of the same sizes,
+        its shard at each coordinate is this tensor's at the same
+        coordinates (Monarch's rule; copied along dimensions only the target
+        has); otherwise each of its procs must hold a shard, and keeps its
+        own. A copy: over MPI between procs, in memory within one."""
         target = mesh.tensors() if hasattr(mesh, "tensors") else mesh
-        return self._moved("to_mesh", lambda backend: target)
+        return self._moved("to_mesh", lambda backend: target, view=False)
 
-    def _moved(self, name: str, target_of) -> "Tensor":
+    def _moved(self, name: str, target_of, view: bool) -> "Tensor":
         if self._ref is None:
             raise DroppedTensorError(f"{name}: the tensor (made at {self._location}) was dropped")
         move = getattr(self._mesh.backend, "move", None)
@@ -398,7 +407,7 @@ class Tensor(torch.Tensor):
             target = target_of(self._mesh.backend)
             if target is self._mesh:
                 return self
-            return move(self, target, _location())
+            return move(self, target, view, _location())
 
     def reduce(self, dims: Union[str, Sequence[str]] = (), reduction: str = "sum",
                scatter: bool = False) -> "Tensor":

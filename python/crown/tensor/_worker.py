@@ -17,7 +17,6 @@ import torch
 from ._execute import Context, execute
 
 _seeded = False
-_contexts: Dict[int, Context] = {}  # by rank: one per engine of this process
 
 
 def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) -> List[torch.Tensor]:
@@ -25,9 +24,8 @@ def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) ->
     if not _seeded:
         torch.manual_seed(int(os.environ.get("CROWN_TENSOR_SEED", "0")) + rank)
         _seeded = True
-    context = _contexts.get(rank)
-    if context is None:
-        context = _contexts[rank] = Context(rank, coords)
+    # Not cached by rank: the engines of two meshes on one proc have their own coords.
+    context = Context(rank, coords)
     for i, x in enumerate(inputs):
         if type(x) is numpy.ndarray:
             inputs[i] = torch.from_numpy(x)

@@ -181,14 +181,43 @@ TEST_F(EngineTest, ADroppedTensorIsDeletedOnEveryRank) {
   }
 }
 
+TEST_F(EngineTest, ToMeshOfTheSameProcsHandsEachShardOverInMemory) {
+  TensorMesh flat(ProcMesh(sim.world().shape().flatten("ranks")));
+  auto x = tm.rand({5}, ScalarType::f64);
+  auto moved = x.toMesh(flat);  // each proc keeps its own shard: no MPI
+  for (std::size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(values(moved.fetch({{"ranks", r}}).get(10s)),
+              values(x.fetch({{"dp", r / 2}, {"tp", r % 2}}).get(10s)))
+        << r;
+  }
+  auto broken = tm.call("no.such.kernel", {}, {{{2}, ScalarType::f64}})[0].toMesh(flat);
+  try {
+    broken.fetch({{"ranks", 2}}).get(10s);
+    ADD_FAILURE() << "a move of a failed tensor gave data";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("no.such.kernel"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TransferRoutes, FollowCoordinatesThenProcsAndNameWhatCannotBeMapped) {
+  mesh::Shape grid({{"dp", 2}, {"tp", 2}});
+  using Routes = std::vector<std::pair<Rank, Rank>>;
+  EXPECT_EQ(transferRoutes(grid.at("dp", 0), grid.at("dp", 1)), (Routes{{0, 2}, {1, 3}}));
+  EXPECT_EQ(transferRoutes(grid.at("dp", 1), grid), (Routes{{2, 0}, {3, 1}, {2, 2}, {3, 3}}));
+  EXPECT_EQ(transferRoutes(grid, grid.flatten("ranks")), (Routes{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
+  EXPECT_THROW(transferRoutes(grid.at("dp", 0), grid.flatten("ranks").range("ranks", 2, 4, 1)),
+               ConfigError);
+}
+
 TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
   CommandBatch batch;
   batch.commands.push_back(Call{"fill", {1, 2}, {3}, ScalarType::f64, {2, 2}, {1.5}, "blob", "a.py:3"});
   batch.commands.push_back(Collective{CollectiveKind::reduceScatter, Reduction::avg, {"dp", "tp"},
                                       3, 4, 1, "b.py:9"});
   batch.commands.push_back(Delete{{1, 2, 3}});
+  batch.commands.push_back(Transfer{true, false, 7, 3, 5, {{0, 2}, {1, 1}}, "c.py:1"});
   auto back = wire::fromBytes<CommandBatch>(wire::toBytes(batch));
-  ASSERT_EQ(back.commands.size(), 3u);
+  ASSERT_EQ(back.commands.size(), 4u);
   const auto& call = std::get<Call>(back.commands[0]);
   EXPECT_EQ(call.kernel, "fill");
   EXPECT_EQ(call.inputs, (std::vector<RefId>{1, 2}));
@@ -201,6 +230,11 @@ TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
   EXPECT_EQ(collective.dims, (std::vector<std::string>{"dp", "tp"}));
   EXPECT_EQ(collective.root, 1);
   EXPECT_EQ(std::get<Delete>(back.commands[2]).refs, (std::vector<RefId>{1, 2, 3}));
+  const auto& transfer = std::get<Transfer>(back.commands[3]);
+  EXPECT_TRUE(transfer.sending);
+  EXPECT_EQ(transfer.id, 7u);
+  EXPECT_EQ(transfer.routes, (std::vector<std::pair<Rank, Rank>>{{0, 2}, {1, 1}}));
+  EXPECT_EQ(transfer.origin, "c.py:1");
   std::string bytes = wire::toBytes(batch);
   bytes[8] = 9;  // the first command's kind
   EXPECT_THROW(wire::fromBytes<CommandBatch>(bytes), ProtocolError);
