@@ -235,6 +235,13 @@ def test_to_mesh_moves_shards_between_procs_by_coordinates_and_broadcasts():
     with bottom.activate():
         total = (y * 2).reduce("tp")
     np.testing.assert_allclose(inspect(total).numpy(), 2 * (xs[0] + xs[1]))
+    # A shard too big for MPI's eager sends: the source waits for its receiver, which
+    # must have its half of the move already (a fetch from the source does not hang).
+    with top.activate():
+        big = torch.ones(1 << 18)  # 1 MiB
+    moved_big = big.to_mesh(bottom)
+    assert float(inspect(big).sum()) == 1 << 18
+    assert float(fetch_shard(moved_big, tp=1).get(timeout=30).sum()) == 1 << 18
     # Onto the whole grid, which has tp and also dp: copied along dp (Monarch's broadcast).
     everywhere = y.to_mesh(procs)
     got = shards(everywhere, procs)

@@ -51,8 +51,12 @@ void TensorClient::moveTo(TensorClient& target, RefId ref, RefId result, bool vi
   Transfer sending = t;
   sending.sending = true;
   record(std::move(sending));
-  flush();  // the target engines wait for what the source engines send
+  // Both halves go out now: a source engine waits (its stream held) until
+  // its receivers take the bytes, so a receive left in the target's batch
+  // would stall every later command of the source, a fetch included.
+  flush();
   target.record(std::move(t));
+  target.flush();
 }
 
 }  // namespace crown::tensor

@@ -57,7 +57,7 @@ class TensorClient {
   std::vector<EngineStats> sync();
   /// Records the move of `ref`'s shards to `target`'s engines, where they
   /// become `result` (a ref of `target`), by the routes of
-  /// transferRoutes(), and flushes this client (the source). Between two
+  /// transferRoutes(), and flushes both clients. Between two
   /// engines of one proc nothing goes over MPI: the target gets a copy, or
   /// with `view` the shard itself (writes to either show in both).
   void moveTo(TensorClient& target, RefId ref, RefId result, bool view = false,
