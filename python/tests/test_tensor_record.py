@@ -322,9 +322,17 @@ def _data():
     return x, y
 
 
-def test_data_parallel_mlp_matches_full_batch_local(mesh):
+# Adam and AdamW read their step count with .item(): a tensor the controller
+# knows (made from torch.tensor(0.) alone), so no fetch is needed.
+OPTIMIZERS = {"sgd": (torch.optim.SGD, 0.2), "adam": (torch.optim.Adam, 0.02),
+              "adamw": (torch.optim.AdamW, 0.02)}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_data_parallel_mlp_matches_full_batch_local(mesh, optimizer):
     x_all, y_all = _data()
-    steps, lr = 20, 0.2
+    steps = 20
+    make_opt, lr = OPTIMIZERS[optimizer]
     losses = []
     with mesh.activate():
         model = torch.nn.Sequential(torch.nn.Linear(D_IN, D_HID), torch.nn.ReLU(),
@@ -333,7 +341,7 @@ def test_data_parallel_mlp_matches_full_batch_local(mesh):
             for p in model.parameters():
                 p.reduce_(("hosts", "procs"), reduction="avg")
         init = [inspect(p) for p in model.parameters()]
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        opt = make_opt(model.parameters(), lr=lr)
         # Each rank takes its quarter of the batch.
         shard = mesh.rank(("hosts", "procs"))
         xs = torch.tensor(x_all.numpy()).view(4, N_DATA // 4, D_IN)
@@ -357,7 +365,7 @@ def test_data_parallel_mlp_matches_full_batch_local(mesh):
     with torch.no_grad():
         for p, v in zip(local.parameters(), init):
             p.copy_(v)
-    opt = torch.optim.SGD(local.parameters(), lr=lr)
+    opt = make_opt(local.parameters(), lr=lr)
     local_curve = []
     for _ in range(steps):
         loss = torch.nn.functional.mse_loss(local(x_all), y_all)
@@ -444,6 +452,23 @@ def test_error_needs_values(mesh):
         positive = x.sum() > 0
         _unchanged(mesh, lambda: bool(positive), LocalValueError)
         _unchanged(mesh, lambda: torch.equal(x, x), LocalValueError)
+
+
+def test_values_made_from_constants_alone_are_known_on_the_controller(mesh):
+    with mesh.activate():
+        step = torch.tensor(3.0)  # the same on every rank
+        step += 1
+        assert step.item() == 4.0 and bool(step > 2)  # no fetch
+        assert inspect(step).item() == 4.0  # and the workers agree
+        step.add_(torch.ones(()))  # a write from a tensor it does not know
+        _unchanged(mesh, lambda: step.item(), LocalValueError)
+        summed = torch.tensor(1.0)
+        summed.reduce_("procs")  # a collective: each rank's value changes
+        _unchanged(mesh, lambda: summed.item(), LocalValueError)
+        big = torch.tensor([float(i) for i in range(100)]).sum()  # data, not bookkeeping
+        _unchanged(mesh, lambda: big.item(), LocalValueError)
+        drawn = torch.tensor([0.5]).bernoulli()  # random: each rank draws its own
+        _unchanged(mesh, lambda: drawn.item(), LocalValueError)
 
 
 def test_outside_activate(mesh):

@@ -17,6 +17,7 @@ Threads: recording is the user's thread's business; only __del__ may run at
 other points (garbage collection), and it only appends to a list.
 """
 
+import math
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -298,6 +299,7 @@ class Tensor(torch.Tensor):
         r._stream = _stream_now
         r._lent = 0  # borrows out of it (or, on a shared borrow's result, 1: no writes)
         r._lent_mutably = False
+        r._known = None  # its value, when the controller knows it (_track_known)
         return r
 
     def __getattr__(self, name):
@@ -342,6 +344,7 @@ class Tensor(torch.Tensor):
             raise TypeError("a mesh tensor travels to actors only on a mesh of crown's engines "
                             "(ProcMesh.activate())")
         self._mesh._send_deletes()
+        self._known = None  # the actor may write its shard
         return token(self._ref)
 
     def _needs_values(self, *args, **kwargs):
@@ -519,7 +522,7 @@ def _key(v, inputs: List[int], wrappers: List["Tensor"], slot: Dict[int, int]):
     t = type(v)
     if t is Tensor:
         ref = v._ref
-        if ref is None or v._stream is not _stream_now or v._lent_mutably:
+        if ref is None or v._stream is not _stream_now or v._lent_mutably or v._known is not None:
             raise _Slow
         k = slot.get(ref)
         if k is None:
@@ -609,6 +612,9 @@ def dispatch(func, args, kwargs):
                     "torch code runs locally; fetch it first with crown.inspect(t)")
         return func(*args, **kwargs)
     if info.kind == _VALUE and any(isinstance(a, Tensor) for a in tree_flatten((args, kwargs))[0]):
+        known = _known_values(args, kwargs)
+        if known is not None:
+            return func(*known[0], **known[1])  # the same on every rank: no fetch
         raise LocalValueError(
             f"{info.spec}: needs a mesh tensor's values on the controller (item(), bool(t), "
             "if t: ..., torch.equal). Fetch it with crown.inspect(t) and use the local tensor, "
@@ -767,6 +773,8 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
         for w in written:
             if isinstance(w, Tensor):
                 check_use(w, spec, writes=True)
+    _track_known(fake_fn, flat, tree, wrappers, flat_out, written,
+                 lifted=flat[local] if lift and local is not None and not inputs else None)
     wargs, wkwargs = tree_unflatten(wire, tree)
     blob = _execute.encode(spec, wargs, wkwargs, picks)
     mesh._record(Call(results, blob, inputs, location))
@@ -781,6 +789,59 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
 
 def _lifted(t):
     return t  # the fake of torch.tensor(data)'s constant is its output's
+
+
+# --- values the controller knows --------------------------------------------------
+
+_KNOWN_LIMIT = 64  # elements: small bookkeeping tensors (Adam's step count), not data
+
+
+def _known_values(args, kwargs):
+    """(args, kwargs) with every mesh tensor replaced by its known value, or
+    None when one of them has none."""
+    flat, tree = tree_flatten((args, kwargs))
+    for i, a in enumerate(flat):
+        if isinstance(a, Tensor):
+            if a._known is None:
+                return None
+            flat[i] = a._known
+    return tree_unflatten(flat, tree)
+
+
+def _track_known(fake_fn, flat, tree, wrappers, flat_out, written, lifted) -> None:
+    """Keeps the controller's own copy of small tensors made from constants
+    alone: torch.tensor(data) inside activate() (`lifted`: the same data on
+    every rank) and deterministic ops on such tensors only. Their values are
+    the same on every rank, so .item() on one needs no fetch; this is how
+    torch.optim.Adam's step count works. A write from any other input
+    forgets the copy."""
+    outs = [o for o in flat_out if isinstance(o, Tensor)]
+    if lifted is None and not any(w._known is not None for w in wrappers):
+        return  # the common case: nothing known, nothing to forget
+    aten = lifted is not None or isinstance(fake_fn, torch._ops.OpOverload)  # not propagate=
+    ok = aten and (lifted is not None or all(w._known is not None for w in wrappers))
+    ok = ok and torch.Tag.nondeterministic_seeded not in getattr(fake_fn, "tags", ())
+    ok = ok and all(math.prod(o._meta[0]) <= _KNOWN_LIMIT for o in outs)
+    if ok:
+        real = [a._known if isinstance(a, Tensor) else a for a in flat]
+        if lifted is not None:
+            real = [a.clone() if a is lifted else a for a in real]
+        try:
+            with suspended():
+                args, kwargs = tree_unflatten(real, tree)
+                values = tree_flatten(fake_fn(*args, **kwargs))[0]
+        except Exception:  # noqa: BLE001 - the workers will say what is wrong; just forget
+            ok = False
+    if not ok:
+        for o in outs:
+            o._known = None  # a fresh output has none; an in-place one no longer has
+        for w in written or ():
+            if isinstance(w, Tensor):
+                w._known = None
+        return
+    for o, v in zip(flat_out, values):
+        if isinstance(o, Tensor):
+            o._known = v if isinstance(v, torch.Tensor) else None
 
 
 def _as_fake(t: torch.Tensor, wrappers: List[Tensor]) -> FakeTensor:
@@ -815,6 +876,8 @@ def _reduce(t: Tensor, dims, reduction: str, scatter: bool, inplace: bool) -> Te
     if reduction not in REDUCTIONS:
         raise ReduceArgumentError(f"{name}: reduction {reduction!r} is not one of {REDUCTIONS}")
     check_use(t, name, writes=inplace)
+    if inplace:
+        t._known = None
     if t.requires_grad and torch.is_grad_enabled():
         raise CollectiveGradError(
             f"{name}: the tensor requires grad, and autograd cannot differentiate through a "

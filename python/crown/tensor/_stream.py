@@ -67,6 +67,8 @@ class Stream(StreamBase):
             b._lent = 1  # a shared borrow is read only
         t._lent += 1
         t._lent_mutably = bool(mutable)
+        if mutable:
+            t._known = None  # the borrower may write it
         return b
 
     def __repr__(self) -> str:
