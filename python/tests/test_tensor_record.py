@@ -454,6 +454,30 @@ def test_error_needs_values(mesh):
         _unchanged(mesh, lambda: torch.equal(x, x), LocalValueError)
 
 
+def test_an_op_seen_before_is_recorded_before_the_dispatcher_unless_autograd_needs_it(
+        mesh, monkeypatch):
+    from crown.tensor import _record
+    through = []
+    real = _record._disabled
+
+    def counted(func, types, args, kwargs):
+        through.append(func)
+        return real(func, types, args, kwargs)
+
+    monkeypatch.setattr(_record, "_disabled", counted)
+    with mesh.activate():
+        z = torch.ones(4)
+        for _ in range(3):
+            z = z * 0.5 + 1  # learnt on the first pass, then straight from __torch_function__
+        assert [f.__name__ for f in through] == ["mul", "add"]
+        w = torch.ones(4).requires_grad_(True)
+        for _ in range(2):
+            y = w * 0.5  # autograd must see it, every time
+            assert y.grad_fn is not None
+        assert [f.__name__ for f in through].count("mul") == 3
+    np.testing.assert_allclose(inspect(z).numpy(), [1.875] * 4)  # 1 -> 1.5 -> 1.75 -> 1.875
+
+
 def test_values_made_from_constants_alone_are_known_on_the_controller(mesh):
     with mesh.activate():
         step = torch.tensor(3.0)  # the same on every rank

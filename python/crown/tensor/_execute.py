@@ -64,6 +64,9 @@ def resolve(spec: str) -> Tuple[Callable, bool]:
         ns, rest = spec.split("::", 1)
         name, _, overload = rest.partition(".")
         fn = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+        # The overload's own C++ callable: OpOverload.__call__ only forwards
+        # to it, at the cost of a Python call per op.
+        fn = getattr(fn, "_op", fn)
     else:
         fn = _import_path(spec)
     hit = (fn, bool(getattr(fn, "_crown_context", False)))

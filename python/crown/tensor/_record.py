@@ -277,7 +277,9 @@ class Tensor(torch.Tensor):
     _fake: a FakeTensor with its shape, dtype and strides; _location: the
     controller's file:line that made it."""
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return torch_function(func, types, args, kwargs)
 
     @staticmethod
     def __new__(cls, fake: Optional[torch.Tensor], mesh: Mesh, ref: int, location: str,
@@ -589,9 +591,116 @@ def _fast(info: _OpInfo, args, kwargs):
     for k in entry.written:
         results.append(inputs[k])
     mesh._record(Call(results, entry.blob, inputs, location))
+    if _captured is not None:
+        _captured.append((entry, inputs, results))
     if entry.tree is None:
         return outs[0], None
     return tree_unflatten(outs, entry.tree), None
+
+
+# --- the torch-function fast path ------------------------------------------------
+#
+# An out-of-place op on mesh tensors that need no autograd, seen before with
+# arguments of the same metadata and constants, is recorded straight from
+# __torch_function__: before torch's dispatcher, FakeTensor and the mode,
+# which cost far more than the recording itself. What the op records is
+# learnt the first time, by capturing what its way through the dispatcher
+# recorded: one Call, whose inputs are the op's own tensor arguments.
+
+_captured: Optional[List[Any]] = None  # what dispatch records while a miss is learnt
+_disabled = torch._C._disabled_torch_function_impl
+_no_torch_function = torch._C.DisableTorchFunction
+_tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> (_Entry, perm) or None (slow)
+
+
+class _TfEntry:
+    __slots__ = ("blob", "descs", "perm")
+
+    def __init__(self, blob, descs, perm):
+        self.blob = blob
+        self.descs = descs  # per output: a meta tuple (a fresh tensor) or (None, value)
+        self.perm = perm  # the Call's input k is the op's tensor argument perm[k]
+
+
+def torch_function(func, types, args, kwargs):
+    if kwargs is None:
+        kwargs = {}
+    if _no_mesh_depth or not _active:
+        return _disabled(func, types, args, kwargs)
+    inputs: List[int] = []
+    wrappers: List[Tensor] = []
+    slot: Dict[int, int] = {}
+    try:
+        key = tuple([_key(a, inputs, wrappers, slot) for a in args])
+        if kwargs:
+            key = (key, tuple([(n, _key(v, inputs, wrappers, slot)) for n, v in kwargs.items()]))
+    except _Slow:
+        return _disabled(func, types, args, kwargs)
+    if not wrappers:
+        return _disabled(func, types, args, kwargs)
+    mesh = _active[-1]
+    for w in wrappers:
+        if w._mesh is not mesh:
+            return _disabled(func, types, args, kwargs)  # record() raises what is wrong
+    if torch.is_grad_enabled():
+        with _no_torch_function():
+            for w in wrappers:
+                if w.requires_grad:
+                    return _disabled(func, types, args, kwargs)  # autograd records it
+    table = _tf_cache.get(func)
+    if table is None:
+        table = _tf_cache[func] = {}
+    try:
+        entry = table.get(key, _MISS)
+    except TypeError:  # a constant that is not hashable (a slice)
+        return _disabled(func, types, args, kwargs)
+    if entry is _MISS:
+        return _learn(func, types, args, kwargs, table, key, inputs)
+    if entry is None:
+        return _disabled(func, types, args, kwargs)
+    if len(mesh._dead) >= mesh._delete_batch:
+        mesh._send_deletes()
+    location = _location()
+    backend = mesh.backend
+    results: List[int] = []
+    outs = []
+    for d in entry.descs:
+        if d[0] is None:
+            outs.append(d[1])
+        else:
+            ref = backend.new_ref()
+            results.append(ref)
+            outs.append(Tensor(None, mesh, ref, location, d))
+    mesh._record(Call(results, entry.blob, [inputs[k] for k in entry.perm], location))
+    return outs[0]
+
+
+def _learn(func, types, args, kwargs, table, key, inputs):
+    """The first call of func with arguments of this key: through the
+    dispatcher, capturing what it records; cached when it is one Call of a
+    fresh tensor from the op's own tensor arguments (else: always that way)."""
+    global _captured
+    outer, _captured = _captured, []
+    try:
+        out = _disabled(func, types, args, kwargs)
+        captured = _captured
+    finally:
+        _captured = outer
+    if outer is not None:
+        outer.extend(captured)
+    entry = None
+    if len(captured) == 1 and captured[0] is not None and isinstance(out, Tensor):
+        aten, call_inputs, results = captured[0]
+        fresh = (aten.tree is None and not aten.written and len(results) == 1
+                 and results[0] == out._ref and type(aten.descs[0]) is tuple
+                 and aten.descs[0][0] is not None)
+        position = {ref: k for k, ref in enumerate(inputs)}
+        if fresh and all(ref in position for ref in call_inputs):
+            entry = _TfEntry(aten.blob, aten.descs, tuple(position[ref] for ref in call_inputs))
+    if len(table) >= _CACHE_LIMIT:
+        table.clear()
+    table[key] = entry
+    return out
 
 
 _infos: Dict[Any, _OpInfo] = {}
@@ -778,12 +887,16 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
     wargs, wkwargs = tree_unflatten(wire, tree)
     blob = _execute.encode(spec, wargs, wkwargs, picks)
     mesh._record(Call(results, blob, inputs, location))
+    entry = None
     if cache is not None:
         table, key = cache
         if len(table) >= _CACHE_LIMIT:
             table.clear()
         leaf = not isinstance(out, (list, tuple, dict))
-        table[key] = _Entry(blob, tuple(descs), None if leaf else out_tree, tuple(written_inputs))
+        entry = table[key] = _Entry(blob, tuple(descs), None if leaf else out_tree,
+                                    tuple(written_inputs))
+    if _captured is not None:
+        _captured.append((entry, inputs, results) if entry is not None else None)
     return tree_unflatten(flat_out, out_tree)
 
 
