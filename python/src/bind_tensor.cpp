@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -88,21 +89,32 @@ py::object toPython(TensorData data) {
   return numpyOver(data.dtype, data.shape, contiguousStrides(data.shape), bytes, std::move(keep));
 }
 
+// torch's dtype objects are singletons: their ScalarType, by identity (under the GIL).
+ScalarType scalarOfDtype(py::handle dtype) {
+  static auto* known = new std::map<PyObject*, ScalarType>;
+  auto it = known->find(dtype.ptr());
+  if (it != known->end()) return it->second;
+  std::string name = py::str(dtype);
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  ScalarType type = scalarFromName(name);
+  dtype.inc_ref();  // kept: the map holds its address
+  known->emplace(dtype.ptr(), type);
+  return type;
+}
+
 // A torch tensor as a shard, sharing its memory.
 LocalTensor fromTorch(py::handle tensor) {
-  std::string dtype = py::str(tensor.attr("dtype"));
-  if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
+  ScalarType type = scalarOfDtype(tensor.attr("dtype"));
   auto shape = tensor.attr("shape").cast<std::vector<std::int64_t>>();
   auto strides = tensor.attr("stride")().cast<std::vector<std::int64_t>>();
   auto data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<std::uintptr_t>());
-  py::object device = tensor.attr("device");
   Device where;
-  if (py::str(device.attr("type")).cast<std::string>() != "cpu") {
+  if (tensor.attr("is_cuda").cast<bool>()) {
     where.kind = DeviceKind::cuda;
-    py::object index = device.attr("index");
+    py::object index = tensor.attr("device").attr("index");
     where.index = index.is_none() ? 0 : index.cast<int>();
   }
-  return LocalTensor::wrap(scalarFromName(dtype), std::move(shape), std::move(strides), data,
+  return LocalTensor::wrap(type, std::move(shape), std::move(strides), data,
                            std::make_shared<TorchOwner>(py::reinterpret_borrow<py::object>(tensor)),
                            where);
 }
@@ -146,8 +158,17 @@ std::vector<LocalTensor> runTorchKernel(KernelContext& context,
     static py::object* run = new py::object(py::module_::import("crown.tensor._worker").attr("run"));
     py::list args;
     for (const LocalTensor& input : inputs) args.append(toPython(input));
-    py::dict coords;
-    for (const auto& [label, index] : context.coords) coords[py::str(label)] = index;
+    // An engine's coordinates do not change: one dict per engine, made once
+    // (checked against them: a later engine may live at the same address).
+    using Coords = std::map<std::string, std::size_t>;
+    static auto* coordsOf = new std::map<const void*, std::pair<Coords, py::object>>;
+    auto& [seen, coords] = (*coordsOf)[&context.coords];
+    if (!coords || seen != context.coords) {
+      py::dict made;
+      for (const auto& [label, index] : context.coords) made[py::str(label)] = index;
+      seen = context.coords;
+      coords = std::move(made);
+    }
     py::object out = (*run)(py::bytes(context.call.blob), args, context.rank, coords);
     std::vector<LocalTensor> results;
     for (py::handle tensor : out) results.push_back(fromTorch(tensor));
@@ -206,6 +227,18 @@ void bindTensor(py::module_& m) {
           py::arg("kernel"), py::arg("inputs"), py::arg("results"), py::arg("blob") = py::bytes(),
           py::arg("origin") = "", py::arg("dtype") = "float32",
           py::arg("ints") = std::vector<std::int64_t>{}, py::arg("reals") = std::vector<double>{})
+      .def(
+          "call_torch",
+          // call() of the "torch" kernel, with nothing to convert but what
+          // changes per op: one of these per recorded torch op.
+          [](TensorClient& client, std::vector<RefId> inputs, std::vector<RefId> results,
+             const py::bytes& blob, std::string origin) {
+            static const std::string kernel = "torch";
+            appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results),
+                                       ScalarType::f32, {}, {}, std::string(blob),
+                                       std::move(origin)});
+          },
+          py::arg("inputs"), py::arg("results"), py::arg("blob"), py::arg("origin"))
       .def(
           "collective",
           [](TensorClient& client, const std::string& kind, const std::string& reduction,

@@ -64,8 +64,8 @@ class EngineBackend:
     def record(self, command) -> None:
         kind = type(command)
         if kind is Call:
-            self._client.call("torch", command.inputs, command.results, command.blob,
-                              command.location)
+            self._client.call_torch(command.inputs, command.results, command.blob,
+                                    command.location)
         elif kind is Reduce:
             collective, reduction = _collective(command)
             # The engine orders a group's members by the mesh's own order of
