@@ -27,7 +27,8 @@ std::vector<std::pair<Rank, Rank>> transferRoutes(const mesh::Shape& from, const
     if (!from.contains(rank)) {
       throw ConfigError("to_mesh from " + from.toString() + " to " + to.toString() +
                         ": the target mesh has dimensions the tensor's mesh lacks or sizes "
-                        "that differ, and rank " + std::to_string(rank) +
+                        "that differ, and rank " +
+                        std::to_string(rank) +
                         " of it holds no shard of the tensor. Give the target every dimension of "
                         "the tensor's mesh, of the same size (the shards go by coordinates), or "
                         "slice the tensor's own mesh");

@@ -67,9 +67,7 @@ class HandOver {
   std::map<std::pair<std::uint64_t, Rank>, RefTable::Value> shards_;
 };
 
-int tagOf(const Transfer& command) {
-  return kFirstTag + static_cast<int>(command.id % kTags);
-}
+int tagOf(const Transfer& command) { return kFirstTag + static_cast<int>(command.id % kTags); }
 
 std::string cut(std::string text) {
   if (text.size() > kTextBytes) text.resize(kTextBytes);
@@ -77,8 +75,8 @@ std::string cut(std::string text) {
 }
 
 // What this rank sends: its shard as a contiguous CPU tensor, or why not.
-ShardHeader describe(const Proc& proc, const Transfer& command, const RefTable::Value* source,
-                     LocalTensor& dense) {
+ShardHeader headerFor(const Proc& proc, const Transfer& command, const RefTable::Value* source,
+                      LocalTensor& dense) {
   ShardHeader header;
   auto fail = [&](std::string message) {
     header.failure = Failure{"to_mesh", proc.rank(), std::move(message), {}, command.origin};
@@ -91,7 +89,8 @@ ShardHeader describe(const Proc& proc, const Transfer& command, const RefTable::
     header.failure.traceback = cut(header.failure.traceback);
   } else if (const auto& shard = std::get<LocalTensor>(*source);
              shard.device().kind != DeviceKind::cpu) {
-    fail(shard.describe() + " is on a GPU: to_mesh between procs moves CPU tensors only; "
+    fail(shard.describe() +
+         " is on a GPU: to_mesh between procs moves CPU tensors only; "
          "move it to the CPU first (t.cpu())");
   } else {
     dense = shard.contiguousCopy();
@@ -106,10 +105,12 @@ ShardHeader describe(const Proc& proc, const Transfer& command, const RefTable::
 RefTable::Value handedOver(const Proc& proc, const Transfer& command,
                            const RefTable::Value* source) {
   if (!source) {
-    return std::make_shared<const Failure>(Failure{
-        "to_mesh", proc.rank(),
-        "its input (ref " + std::to_string(command.source) + ") is not defined here", {},
-        command.origin});
+    return std::make_shared<const Failure>(
+        Failure{"to_mesh",
+                proc.rank(),
+                "its input (ref " + std::to_string(command.source) + ") is not defined here",
+                {},
+                command.origin});
   }
   const auto* shard = std::get_if<LocalTensor>(source);
   // A GPU shard is handed over as it is: the engines have no device copy.
@@ -136,7 +137,7 @@ void sendShards(Proc& proc, const Transfer& command, const RefTable::Value* sour
   }
   if (to.empty()) return;
   LocalTensor dense;
-  const wire::Bytes header = wire::toBytes(describe(proc, command, source, dense));
+  const wire::Bytes header = wire::toBytes(headerFor(proc, command, source, dense));
   MpiService& mpi = proc.mpi();
   const int tag = tagOf(command);
   std::vector<Future<void>> sends;
@@ -171,16 +172,18 @@ RefTable::Value receiveShard(Proc& proc, const Transfer& command, Rank from) {
     std::string bytes(kHeaderBytes, '\0');
     bytes.resize(mpi.recv(Comm::world(), from, tag, bytes.data(), bytes.size()).get());
     auto header = wire::fromBytes<ShardHeader>(bytes.data(), bytes.size());
-    if (!header.ok) return RefTable::Value(std::make_shared<const Failure>(std::move(header.failure)));
+    if (!header.ok)
+      return RefTable::Value(std::make_shared<const Failure>(std::move(header.failure)));
     LocalTensor shard;
     try {
       shard = LocalTensor::allocate(header.dtype, header.shape);
     } catch (const std::exception& e) {
       // Take the sender's chunks all the same (each fails, truncated, and
       // is gone), so that its stream does not wait for us for good.
-      std::int64_t bytes = elementCount(header.shape) * static_cast<std::int64_t>(elementSize(header.dtype));
+      std::int64_t total =
+          elementCount(header.shape) * static_cast<std::int64_t>(elementSize(header.dtype));
       char sink = 0;
-      for (std::int64_t at = 0; at < bytes; at += static_cast<std::int64_t>(kChunkBytes)) {
+      for (std::int64_t at = 0; at < total; at += static_cast<std::int64_t>(kChunkBytes)) {
         try {
           mpi.recv(Comm::world(), from, tag, &sink, 1).get();
         } catch (const std::exception&) {  // NOLINT: truncated, as meant
