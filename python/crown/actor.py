@@ -393,12 +393,15 @@ class EndpointRef:
         """Every actor's reply, as a Future of a ValueMesh."""
         mesh = self._mesh
         pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs))
-        return Future(lambda timeout: ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
+        # _kept: the arguments live as long as the Future, so that a mesh tensor
+        # among them is not deleted on its engines before the actors read it.
+        return Future(lambda timeout, _kept=(args, kwargs):
+                      ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
 
-    def _direct(self, rank: int, parts) -> Future:
+    def _direct(self, rank: int, parts, kept) -> Future:
         pending = _crown.request(rank, self._mesh._local, *parts)
 
-        def wait(timeout):
+        def wait(timeout, _kept=kept):  # the arguments live as long as the Future (call())
             try:
                 payload = pending.get(timeout)
             except _crown.ActorStoppedError as e:
@@ -422,12 +425,12 @@ class EndpointRef:
                                  f"{shape} ({len(shape)} actors): slice it first, e.g. "
                                  f".slice({shape.labels[0]}=0), or use call()")
             self._only_rank = shape.ranks()[0]
-        return self._direct(self._only_rank, self._parts(args, kwargs))
+        return self._direct(self._only_rank, self._parts(args, kwargs), (args, kwargs))
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
         parts = self._parts(args, kwargs)
-        return self._direct(_crown.choose_rank(self._mesh._shape), parts)
+        return self._direct(_crown.choose_rank(self._mesh._shape), parts, (args, kwargs))
 
     def stream(self, *args, timeout: Optional[float] = None, **kwargs) -> Iterator[Any]:
         """Replies as they arrive; a failed actor's error is raised in turn."""
@@ -454,7 +457,9 @@ class EndpointRef:
                     lambda raw: self._entries(raw))
 
     def broadcast(self, *args, **kwargs) -> None:
-        """Sends to every actor; no replies."""
+        """Sends to every actor; no replies. A mesh tensor among the arguments
+        must stay alive until the actors have read it (until a later call to
+        them returns, say): nothing here knows when they have."""
         mesh = self._mesh
         _crown.cast_broadcast(mesh._shape, mesh._local, self._payload(args, kwargs))
 
@@ -482,7 +487,7 @@ class Accumulator:
         pending = _crown.cast_reduce(mesh._shape, mesh._local, ref._payload(args, kwargs),
                                      self._key)
 
-        def wait(timeout):
+        def wait(timeout, _kept=(args, kwargs)):  # the arguments live as long as the Future
             outcome = pending.get(timeout)  # MeshError when a member or a fold failed
             return self._combine(self._identity, _pickle.loads(outcome[1:]))
 

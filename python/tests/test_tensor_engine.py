@@ -167,6 +167,11 @@ def test_a_comms_stream_reduces_borrowed_gradients_beside_the_main_stream():
 
 class ShardUser(Actor):
     @endpoint
+    def busy(self, seconds):
+        import time
+        time.sleep(seconds)
+
+    @endpoint
     def total(self, shard):
         assert type(shard) is torch.Tensor  # this rank's shard, a plain torch tensor
         return float(shard.sum())
@@ -191,6 +196,18 @@ def test_actors_get_their_ranks_shard_and_rref_makes_a_mesh_tensor():
         total = (made * 2).reduce(("dp", "tp"))
     np.testing.assert_array_equal(inspect(total).numpy(), [2.0 * (0 + 1 + 2 + 3)] * 3)
     np.testing.assert_array_equal(fetch_shard(made, dp=1, tp=1).get(timeout=30).numpy(), [3.0] * 3)
+
+
+def test_a_tensor_made_for_a_call_lives_until_the_call_is_answered():
+    procs = grid()
+    users = procs.spawn("busy-shard-users", ShardUser)
+    with procs.activate():
+        x = torch.ones(8, dtype=torch.float64)
+    users.busy.broadcast(0.5)  # the actors read their shards after this
+    pending = users.total.call(x * 2)  # a temporary: the caller keeps no reference
+    procs.tensors().flush()  # what the controller dropped goes to the engines now
+    totals = pending.get(timeout=30)
+    assert sorted(totals.values()) == [16.0] * 4
 
 
 def test_slice_mesh_and_to_mesh_hand_shards_to_meshes_of_the_same_procs():
