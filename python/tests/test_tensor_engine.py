@@ -91,6 +91,22 @@ def fails_on_rank_two(x, rank):
     return x * 2
 
 
+def first_rows(x, n):
+    return x[:n].clone(), x.shape[0]
+
+
+def test_remote_by_dotted_path_learns_its_outputs_on_the_first_proc():
+    procs = grid()
+    rows = remote(f"{__name__}.first_rows")  # no propagate: "cached"
+    with procs.activate():
+        x = torch.rand(5, 3, dtype=torch.float64)
+        head, total = rows(x, 2)
+    assert head.shape == (2, 3) and head.dtype == torch.float64 and total == 5
+    for key, shard in shards(x, procs).items():
+        np.testing.assert_array_equal(
+            fetch_shard(head, dp=key[0], tp=key[1]).get(timeout=30).numpy(), shard[:2])
+
+
 def test_a_failure_on_one_rank_surfaces_at_fetch_with_its_cause():
     procs = grid()
     with procs.activate():

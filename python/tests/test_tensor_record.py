@@ -578,6 +578,27 @@ def test_remote_callable_and_dotted_path(mesh):
         remote(lambda x: x)
 
 
+def test_remote_cached_and_inspect_propagation(mesh, tmp_path):
+    top = remote("tensor_helpers.top_and_count")  # a dotted path: "cached" by default
+    note = remote(helpers.note, propagate="inspect")
+    with mesh.activate():
+        x = torch.rand(3, 4)
+        values, count = top(x, 2)  # learnt by running it on the first proc
+        again, _ = top(x * 2, 2)  # the same metadata: no second probe
+        assert note(x, str(tmp_path / "notes")) is None
+    assert values.shape == (2,) and count == 12 and len(top._learnt) == 1
+    for c in COORDS:
+        torch.testing.assert_close(inspect(values, **c), torch.topk(inspect(x, **c).flatten(), 2).values)
+    written = (tmp_path / "notes").read_text().split()
+    assert sorted(float(v) for v in written) == pytest.approx(
+        sorted(float(inspect(x, **c).sum()) for c in COORDS))
+    with pytest.raises(ValueError, match="the modes are"):
+        remote("tensor_helpers.note", propagate="mocked")
+    failing = remote("tensor_helpers.fails")
+    with mesh.activate(), pytest.raises(RemoteException, match="deliberate failure"):
+        failing(torch.ones(2))
+
+
 def test_mesh_rank_builtin(mesh):
     with mesh.activate():
         h = mesh.rank("hosts")

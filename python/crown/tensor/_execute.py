@@ -166,6 +166,21 @@ class Context:
 
 
 @wants_context
+def output_meta(context, path: str, args, kwargs) -> torch.Tensor:
+    """remote(propagate="cached"): on the mesh's first proc, runs the function
+    at `path` on its shards and returns the metadata of what it returned
+    (tensors as (shape, stride, dtype), the rest as values) pickled into a
+    uint8 tensor, for the controller to fetch; elsewhere an empty one."""
+    if any(context.coords.values()):
+        return torch.empty(0, dtype=torch.uint8)
+    flat, tree = tree_flatten(resolve(path)[0](*args, **kwargs))
+    metas = [("tensor", tuple(v.shape), tuple(v.stride()), v.dtype) if isinstance(v, torch.Tensor)
+             else ("value", v) for v in flat]
+    blob = pickle.dumps((metas, tree), protocol=pickle.HIGHEST_PROTOCOL)
+    return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+
+
+@wants_context
 def mesh_rank(context, dims, sizes) -> torch.Tensor:
     """This worker's index along dims (labels, raveled row-major in the order
     given; sizes are theirs), as a 0-dim int64 tensor."""
