@@ -25,6 +25,9 @@ def main():
     last, first = procs.slice(ranks=slice(3, 4)), procs.slice(ranks=slice(0, 1))
     with last.activate():
         on_three = torch.ones(2)  # rank 3's, before it dies
+    grid = procs.split(ranks=(("dp", 2), ("tp", 2)))
+    with grid.activate():
+        on_grid = torch.ones(2)  # no collective yet: none of its communicators is made
     with procs.activate():
         rank = procs.tensors().rank("ranks")
         x = remote(die_on_rank_three, propagate=lambda x, rank: x)(torch.ones(4), rank)
@@ -53,6 +56,16 @@ def main():
         assert e.lost_rank == 3, e
         print(f"a move from the lost rank failed in {time.monotonic() - start:.3f} s, naming "
               f"rank {e.lost_rank}")
+    with grid.activate():
+        rows = on_grid.reduce("tp")  # row 1's communicator would need rank 3
+    start = time.monotonic()
+    try:
+        crown.fetch_shard(rows, dp=1, tp=0).get(timeout=60)
+        raise SystemExit("a communicator was made with a dead member")
+    except RankLostError as e:
+        assert e.lost_rank == 3, e
+        print(f"a new communicator with the lost rank failed in {time.monotonic() - start:.3f} s, "
+              f"row 0 reduced: {inspect(rows, dp=0, tp=0).tolist()}")
     survivors = procs.slice(ranks=slice(0, 3))
     with survivors.activate():
         three = torch.ones(2).reduce("ranks")

@@ -98,6 +98,16 @@ const Collectives::Group& Collectives::group(const std::vector<std::string>& dim
     if (same) made.members.push_back(static_cast<Rank>(rank));
   }
   made.size = made.members.size();
+  // Making a communicator waits for every member (MPI_Comm_create_group
+  // cannot be abandoned): with one known lost, fail now instead of holding
+  // the service thread for good. A member lost during the making still
+  // hangs it: MPI gives no way out of that.
+  for (Rank member : made.members) {
+    if (!proc_.alive(member)) {
+      throw ProcessLost(member, proc_.host(member),
+                        "lost before the communicator over these dimensions was made");
+    }
+  }
   // Over the members only (MPI_Comm_create_group): a mesh need not hold the
   // whole launch, so a mesh of the survivors of a lost rank reduces again.
   made.comm = proc_.mpi().commOfRanks(made.members, instance_);
@@ -121,6 +131,8 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   const Group* g = nullptr;
   try {
     g = &group(command.dims);  // the same answer on every member: no agreement needed
+  } catch (const ProcessLost& e) {
+    return lost(e);
   } catch (const std::exception& e) {
     return fail(e.what());
   }
