@@ -277,6 +277,8 @@ class Tensor(torch.Tensor):
     _fake: a FakeTensor with its shape, dtype and strides; _location: the
     controller's file:line that made it."""
 
+    _known = None  # its value, when the controller knows it (_track_known)
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return torch_function(func, types, args, kwargs)
@@ -301,7 +303,6 @@ class Tensor(torch.Tensor):
         r._stream = _stream_now
         r._lent = 0  # borrows out of it (or, on a shared borrow's result, 1: no writes)
         r._lent_mutably = False
-        r._known = None  # its value, when the controller knows it (_track_known)
         return r
 
     def __getattr__(self, name):
