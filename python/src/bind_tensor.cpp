@@ -243,7 +243,8 @@ void bindTensor(py::module_& m) {
           "collective",
           [](TensorClient& client, const std::string& kind, const std::string& reduction,
              std::vector<std::string> dims, RefId source, RefId result, std::int64_t root,
-             std::string origin) {
+             std::string origin, std::optional<std::vector<std::int64_t>> expectShape,
+             const std::string& expectDtype) {
             static const std::map<std::string, CollectiveKind> kinds = {
                 {"allreduce", CollectiveKind::allreduce},
                 {"reduce_scatter", CollectiveKind::reduceScatter},
@@ -254,10 +255,16 @@ void bindTensor(py::module_& m) {
             if (it == kinds.end()) throw py::value_error("unknown collective '" + kind + "'");
             Collective c{it->second, reductionFromName(reduction), std::move(dims), source, result,
                          root, std::move(origin)};
+            if (expectShape) {  // the source as recorded (a CPU tensor)
+              c.expected = true;
+              c.expectShape = std::move(*expectShape);
+              c.expectType = scalarFromName(expectDtype);
+            }
             appendOrFlush(client, std::move(c));
           },
           py::arg("kind"), py::arg("reduction"), py::arg("dims"), py::arg("source"),
-          py::arg("result"), py::arg("root") = 0, py::arg("origin") = "")
+          py::arg("result"), py::arg("root") = 0, py::arg("origin") = "",
+          py::arg("expect_shape") = py::none(), py::arg("expect_dtype") = "float32")
       .def("switch_stream",
            [](TensorClient& client, StreamId stream) { appendOrFlush(client, SwitchStream{stream}); })
       .def("borrow",

@@ -183,11 +183,46 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
     facts[4] = -static_cast<std::int64_t>(input.dtype());
   }
   MpiService& mpi = proc_.mpi();
+  // A small CPU collective whose source the controller described moves its
+  // data while the members agree: both are posted now, in this order on
+  // every member (the choice rests on the command alone, the same
+  // everywhere), so the agreement's round trip overlaps the data's instead
+  // of preceding it. A member without a good input sends zeros of the
+  // expected shape, and every member drops the data if the agreement finds
+  // a failure; the data goes into fresh memory, so nothing is written first.
+  std::optional<Posted> early;
+  LocalTensor stand;  // what a member without a good input sends
+  if (overlaps(command, g->size)) {
+    // What the counts rest on must be as recorded: the type and the element
+    // count (and, where the data goes in blocks of dimension 0, the shape).
+    bool blocks = command.kind == CollectiveKind::reduceScatter ||
+                  command.kind == CollectiveKind::alltoall;
+    if (!local &&
+        (input.device().kind != DeviceKind::cpu || input.dtype() != command.expectType ||
+         input.numel() != elementCount(command.expectShape) ||
+         (blocks && input.shape() != command.expectShape))) {
+      std::string recorded = scalarName(command.expectType);
+      for (std::size_t i = 0; i < command.expectShape.size(); ++i)
+        recorded += (i ? ", " : "[") + std::to_string(command.expectShape[i]);
+      recorded += command.expectShape.empty() ? "[]" : "]";
+      local = fail("its input here is " + input.describe() + ", not the " + recorded +
+                   " it was recorded as")
+                  .failure;
+      facts[0] = me;
+      facts[1] = facts[2] = facts[3] = facts[4] = kNone;
+    }
+    if (local) stand = LocalTensor::zeros(command.expectType, command.expectShape);
+  }
   try {
-    mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min).get();
+    Future<void> agreed = mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min);
+    if (overlaps(command, g->size)) early = post(command, *g, local ? stand : input);
+    agreed.get();
+    if (early) early->done.get();
   } catch (const ProcessLost& e) {
+    if (early) keep(std::move(*early), stand);
     return lost(e);
   } catch (const std::exception& e) {
+    if (early) keep(std::move(*early), stand);
     return fail(std::string("the members could not agree: ") + e.what());
   }
   if (facts[0] != kNone) {
@@ -215,6 +250,7 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
                 (facts[3] != -facts[4] ? ", and of different types" : ""));
   }
   try {
+    if (early) return Outcome{finish(command, *g, input, std::move(early->out)), nullptr};
     return Outcome{move(command, *g, input), nullptr};
   } catch (const ProcessLost& e) {
     return lost(e);
@@ -232,55 +268,102 @@ LocalTensor Collectives::move(const Collective& command, const Group& g,
     return findDeviceCollectives(input.device().kind)
         ->run(command, CollectiveGroup{mpi, g.comm, g.members, index}, input);
   }
+  // In place when the command says so and the memory allows: then every
+  // view of the source sees the result too, as torch's in-place ops do.
+  if (command.kind == CollectiveKind::allreduce && command.result == command.source &&
+      input.contiguous()) {
+    mpi.allreduce(g.comm, input.data(), static_cast<std::size_t>(input.numel()),
+                  mpiType(input.dtype()), mpiReduce(command.reduction))
+        .get();
+    LocalTensor result = input;  // the same memory
+    if (command.reduction == Reduction::avg) divideBy(result, g.size);
+    return result;
+  }
+  Posted posted = post(command, g, input);
+  posted.done.get();
+  return finish(command, g, input, std::move(posted.out));
+}
+
+bool Collectives::overlaps(const Collective& command, std::size_t members) {
+  if (!command.expected) return false;
+  const auto& shape = command.expectShape;
+  auto size = static_cast<std::int64_t>(members);
+  bool blocks = command.kind == CollectiveKind::reduceScatter ||
+                command.kind == CollectiveKind::alltoall;
+  if (blocks && (shape.empty() || shape[0] % size != 0)) return false;
+  if (command.kind == CollectiveKind::broadcast && (command.root < 0 || command.root >= size))
+    return false;
+  try {
+    mpiType(command.expectType);
+    return elementCount(command.expectShape) * static_cast<std::int64_t>(
+                                                   elementSize(command.expectType)) <=
+           kOverlapBytes;
+  } catch (const std::exception&) {
+    return false;  // no MPI type: the agreement first, which says so on every member
+  }
+}
+
+void Collectives::keep(Posted posted, LocalTensor stand) {
+  // MPI may still write a failed collective's buffers (it cannot cancel it).
+  abandoned_.push_back(std::move(posted.out));
+  abandoned_.push_back(std::move(posted.send));
+  abandoned_.push_back(std::move(stand));
+}
+
+Collectives::Posted Collectives::post(const Collective& command, const Group& g,
+                                      const LocalTensor& input) {
+  MpiService& mpi = proc_.mpi();
   auto members = static_cast<std::int64_t>(g.size);
   DType type = mpiType(input.dtype());
+  Posted p;
   switch (command.kind) {
-    case CollectiveKind::allreduce: {
-      // In place when the command says so and the memory allows: then every
-      // view of the source sees the result too, as torch's in-place ops do.
-      bool inPlace = command.result == command.source && input.contiguous();
-      LocalTensor out = inPlace ? input : input.clone();
-      mpi.allreduce(g.comm, out.data(), static_cast<std::size_t>(out.numel()), type,
-                    mpiReduce(command.reduction))
-          .get();
-      if (command.reduction == Reduction::avg) divideBy(out, g.size);
-      if (command.result == command.source && !inPlace) {
-        LocalTensor target = input;
-        target.assign(out);
-        return target;
-      }
-      return out;
-    }
+    case CollectiveKind::allreduce:
+      p.out = input.clone();
+      p.done = mpi.allreduce(g.comm, p.out.data(), static_cast<std::size_t>(p.out.numel()), type,
+                             mpiReduce(command.reduction));
+      return p;
     case CollectiveKind::reduceScatter: {
       auto shape = input.shape();
       shape[0] /= members;
-      LocalTensor dense = input.contiguousCopy(), out = LocalTensor::allocate(input.dtype(), shape);
-      mpi.reduceScatter(g.comm, dense.data(), out.data(), static_cast<std::size_t>(out.numel()),
-                        type, mpiReduce(command.reduction))
-          .get();
-      if (command.reduction == Reduction::avg) divideBy(out, g.size);
-      return out;
+      p.send = input.contiguousCopy();
+      p.out = LocalTensor::allocate(input.dtype(), shape);
+      p.done = mpi.reduceScatter(g.comm, p.send.data(), p.out.data(),
+                                 static_cast<std::size_t>(p.out.numel()), type,
+                                 mpiReduce(command.reduction));
+      return p;
     }
     case CollectiveKind::allgather: {
       auto shape = input.shape();
       shape.insert(shape.begin(), members);
-      LocalTensor dense = input.contiguousCopy(), out = LocalTensor::allocate(input.dtype(), shape);
-      mpi.allgather(g.comm, dense.data(), out.data(), dense.nbytes()).get();
-      return out;
+      p.send = input.contiguousCopy();
+      p.out = LocalTensor::allocate(input.dtype(), shape);
+      p.done = mpi.allgather(g.comm, p.send.data(), p.out.data(), p.send.nbytes());
+      return p;
     }
-    case CollectiveKind::alltoall: {
-      LocalTensor dense = input.contiguousCopy();
-      LocalTensor out = LocalTensor::allocate(input.dtype(), input.shape());
-      mpi.alltoall(g.comm, dense.data(), out.data(), dense.nbytes() / g.size).get();
-      return out;
-    }
-    case CollectiveKind::broadcast: {
-      LocalTensor out = input.clone();
-      mpi.broadcast(g.comm, out.data(), out.nbytes(), static_cast<Rank>(command.root)).get();
-      return out;
-    }
+    case CollectiveKind::alltoall:
+      p.send = input.contiguousCopy();
+      p.out = LocalTensor::allocate(input.dtype(), input.shape());
+      p.done = mpi.alltoall(g.comm, p.send.data(), p.out.data(), p.send.nbytes() / g.size);
+      return p;
+    case CollectiveKind::broadcast:
+      p.out = input.clone();
+      p.done = mpi.broadcast(g.comm, p.out.data(), p.out.nbytes(), static_cast<Rank>(command.root));
+      return p;
   }
   throw ConfigError("unknown collective");
+}
+
+LocalTensor Collectives::finish(const Collective& command, const Group& g,
+                                const LocalTensor& input, LocalTensor out) {
+  bool reduces = command.kind == CollectiveKind::allreduce ||
+                 command.kind == CollectiveKind::reduceScatter;
+  if (reduces && command.reduction == Reduction::avg) divideBy(out, g.size);
+  if (command.kind == CollectiveKind::allreduce && command.result == command.source) {
+    LocalTensor target = input;  // reduce_: the source's own memory, views and all
+    target.assign(out);
+    return target;
+  }
+  return out;
 }
 
 }  // namespace crown::tensor::detail

@@ -43,12 +43,30 @@ class Collectives {
   // Throws ConfigError for dims that are not the mesh's, or without MPI.
   const Group& group(const std::vector<std::string>& dims);
   LocalTensor move(const Collective& command, const Group& group, const LocalTensor& source);
+  // The data of a CPU collective posted into fresh memory (never in place):
+  // `done` completes when MPI has moved it into `out`; finish() then does
+  // the rest (avg's division, the write into an in-place source).
+  struct Posted {
+    Future<void> done;
+    LocalTensor out;
+    LocalTensor send;  // the copy MPI reads, kept alive until done
+  };
+  Posted post(const Collective& command, const Group& group, const LocalTensor& input);
+  // Whether `command`'s data moves during the agreement: the controller gave
+  // its source's shape and type, and it is small (latency-bound).
+  static bool overlaps(const Collective& command, std::size_t members);
+  static constexpr std::int64_t kOverlapBytes = 1 << 20;
+  // Keeps a failed collective's buffers for the life of the engine stream.
+  void keep(Posted posted, LocalTensor stand);
+  LocalTensor finish(const Collective& command, const Group& group, const LocalTensor& input,
+                     LocalTensor out);
 
   Proc& proc_;
   mesh::Shape shape_;
   std::uint32_t instance_;
   std::string unavailable_;  // why there are no collectives here ("" when there are)
   std::map<std::vector<std::size_t>, Group> groups_;
+  std::vector<LocalTensor> abandoned_;
 };
 
 }  // namespace crown::tensor::detail

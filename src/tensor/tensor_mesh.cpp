@@ -176,6 +176,7 @@ DTensor DTensor::collective(CollectiveKind kind, const std::vector<std::string>&
   handle->ref = handle_->client->newRef();
   handle->shape = std::move(resultShape);
   handle->dtype = dtype();
+  // Not `expected`: a DTensor does not know its device (a kernel may put it on a GPU).
   handle_->client->record(Collective{kind, reduction, dims, ref(), handle->ref, root, {}});
   return DTensor(std::move(handle));
 }

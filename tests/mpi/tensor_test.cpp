@@ -244,6 +244,23 @@ TEST_F(TensorTest, InputsThatDifferAcrossRanksPoisonTheResult) {
   } catch (const RemoteError& e) {
     EXPECT_NE(std::string(e.what()).find("inputs differ"), std::string::npos) << e.what();
   }
+  // With the recorded shape given (as the Python front end does), the data
+  // moves during the agreement and each member checks its input against it.
+  Collective overlapped{CollectiveKind::allreduce, Reduction::sum, {"dp"}, uneven.ref(), 0, 0, {}};
+  overlapped.expected = true;
+  overlapped.expectShape = {2};
+  overlapped.expectType = ScalarType::f64;
+  overlapped.result = tm().client().newRef();
+  tm().client().record(overlapped);
+  auto failed = tm().client().fetch(overlapped.result, 0);
+  try {
+    failed.get(30s);
+    ADD_FAILURE() << "inputs of 2 and 4 elements were reduced during the agreement";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("recorded as"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(values(rankValues({1}).reduce("tp").fetch(coordsOf(0)).get(30s)),
+            (std::vector<double>{1 + 101}));  // and the next one runs
 }
 
 TEST_F(TensorTest, AMeshOfPartOfTheLaunchRunsItsCollectivesOverItsMembers) {

@@ -61,9 +61,15 @@ struct Collective {
   RefId result = 0;
   std::int64_t root = 0;  ///< broadcast: the root's index among the members
   std::string origin;
+  /// The source's shape and type as the controller recorded them, when it
+  /// knows them (`expected`): then a small collective moves its data while
+  /// the members agree, not after (Collectives::run).
+  bool expected = false;
+  std::vector<std::int64_t> expectShape;
+  ScalarType expectType = ScalarType::f32;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& kind& reduction& dims& source& result& root& origin;
+    archive& kind& reduction& dims& source& result& root& origin& expected& expectShape& expectType;
   }
 };
 

@@ -6,7 +6,7 @@ logical tensor on every rank.
 """
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 
 @dataclass(slots=True)
@@ -46,6 +46,7 @@ class Reduce:
     reduction: str
     scatter: bool
     location: str
+    source_meta: Optional[tuple] = None  # the source's (size, stride, offset, dtype, device)
 
 
 @dataclass(slots=True)

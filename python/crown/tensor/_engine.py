@@ -71,8 +71,12 @@ class EngineBackend:
             # The engine orders a group's members by the mesh's own order of
             # the dims, whatever order they were named in.
             dims = [d for d in self._shape if d in command.dims]
+            meta = command.source_meta
+            shape = dtype = None
+            if meta is not None and meta[4].type == "cpu":  # what a small collective overlaps on
+                shape, dtype = list(meta[0]), str(meta[3]).replace("torch.", "")
             self._client.collective(collective, reduction, dims, command.source, command.result,
-                                    0, command.location)
+                                    0, command.location, shape, dtype or "float32")
         elif kind is Delete:
             self._client.delete(command.refs)
         elif kind is SwitchStream:

@@ -1022,7 +1022,7 @@ def _reduce(t: Tensor, dims, reduction: str, scatter: bool, inplace: bool) -> Te
         ref = mesh.backend.new_ref()
         out = Tensor(f, mesh, ref, _location())
     mesh._record(Reduce(ref, t._ref, dims, reduction, bool(scatter),
-                        out._location if not inplace else _location()))
+                        out._location if not inplace else _location(), t._meta))
     return out
 
 
