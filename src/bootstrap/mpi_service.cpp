@@ -179,7 +179,11 @@ void MpiService::loop() {
       auto work = [this] {
         return stopping_ || !tasks_.empty() || !incoming_.empty() || !abandons_.empty();
       };
-      if (typed_.empty() && generic_.empty()) {
+      // While memory is attached to the RMA window, peers may be reading or
+      // writing it: over TCP (osc pt2pt) that progresses here only while this
+      // thread is inside MPI, so the loop keeps polling (with its back-off).
+      bool exposed = attached_ > 0;
+      if (typed_.empty() && generic_.empty() && !exposed) {
         wake_.wait(lock, work);  // nothing in flight: sleep, burn no core
       } else if (idle > kSpinPasses) {
         auto pause = std::min<std::chrono::microseconds>(
@@ -195,6 +199,10 @@ void MpiService::loop() {
     for (Rank peer : abandons) applyAbandon(peer);
     for (auto& op : incoming) startOp(std::move(op));
     bool moved = progress();
+    if (attached_ > 0 && window_ != MPI_WIN_NULL) {
+      int flag = 0;  // any MPI call progresses the target side of one-sided MPI
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, windowComm_, &flag, MPI_STATUS_IGNORE);
+    }
     if (moved || !tasks.empty() || !incoming.empty() || !abandons.empty()) {
       idle = 0;
     } else if (++idle <= kSpinPasses) {
@@ -353,6 +361,7 @@ void MpiService::finalize(std::function<void()> step) {
     requests_.clear();
     generic_.clear();
     draining_ = 0;
+    closeWindow();  // collective, like MPI_Finalize: every rank is here
     std::deque<CommInfo> comms;
     {
       std::lock_guard lock(mutex_);

@@ -1,0 +1,200 @@
+// The reader side of the rdma module (rdma_module.h): a transfer asks the
+// owner for a lease, moves the bytes, then releases the lease. The bytes
+// move over the MPI window (MPI_Rget/MPI_Rput on the service thread, THR-1),
+// by memcpy when the owner is this proc, or in chunks over crown's own
+// fabric where one-sided MPI is not available or fails (the fallback).
+//
+// Threads: the grant's continuation runs on the pool thread that read the
+// reply; the window's on the MPI service thread, which must never wait, so
+// the Release (a send, which may wait on flow control) is posted to the pool.
+#include <cstring>
+
+#include "crown/common/env.h"
+#include "crown/common/log.h"
+#include "rdma/messages.h"
+#include "rdma/rdma_module.h"
+
+namespace crown::rdma::detail {
+namespace {
+
+using UserState = crown::detail::FutureState<void>;
+
+std::size_t fallbackChunk() {
+  static const std::size_t bytes = static_cast<std::size_t>(
+      env::integer("CROWN_RDMA_FALLBACK_CHUNK_BYTES", 1 << 20, 1024, 64 << 20));
+  return bytes;
+}
+
+std::string sizeText(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
+
+}  // namespace
+
+Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t bytes,
+                                  bool write, std::chrono::milliseconds timeout) {
+  // Checked here, before anything moves (the owner checks again).
+  if (!buffer.valid()) throw ConfigError("an empty RDMA buffer handle");
+  if (local == nullptr) throw ConfigError("RDMA transfer to or from a null address");
+  if (!write && bytes < buffer.size()) {
+    throw ConfigError("read_into: the destination holds " + sizeText(bytes) + ", fewer than the " +
+                      sizeText(buffer.size()) + " of " + buffer.describe());
+  }
+  if (write && bytes > buffer.size()) {
+    throw ConfigError("write_from: the source holds " + sizeText(bytes) + ", more than the " +
+                      sizeText(buffer.size()) + " of " + buffer.describe());
+  }
+  if (write && buffer.readOnly()) throw ConfigError("write_from: " + buffer.describe() + " is read-only");
+  std::size_t n = write ? bytes : buffer.size();
+  if (n == 0) return Future<void>::ready({});
+  if (timeout.count() <= 0) throw ConfigError("an RDMA transfer needs a positive timeout");
+
+  auto user = std::make_shared<UserState>();
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  std::string what = std::string(write ? "write_from " : "read_into ") + buffer.describe();
+  // The deadline: the future fails now, the bytes in flight finish in the
+  // background (no new chunk is posted), and then the lease is released, so
+  // the buffer is as usable as before.
+  pool_->after(timeout, [user, stop, what, timeout] {
+    if (user->ready()) return;
+    stop->store(true);
+    user->setError(std::make_exception_ptr(
+        Timeout(what + ": not done within " + std::to_string(timeout.count()) + " ms")));
+  });
+  Acquire acquire{buffer.id(), n, write, proc_->rank()};
+  auto grant = proc_->request<Grant>(ActorId{buffer.owner(), agent_}, acquire);
+  char* mine = static_cast<char*>(local);
+  grant.then([this, buffer, mine, n, write, user, stop](Future<Grant> reply) {
+    Grant granted;
+    try {
+      granted = reply.get();
+    } catch (...) {
+      return user->setError(std::current_exception());  // the owner lost or stopped (DLV-1)
+    }
+    if (granted.lease == 0) return user->setError(std::make_exception_ptr(BufferError(granted.error)));
+    moveBytes(buffer, granted.lease, mine, n, write, user, stop);
+  });
+  return Future<void>(user);
+}
+
+void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* local,
+                           std::size_t bytes, bool write, std::shared_ptr<UserState> user,
+                           std::shared_ptr<std::atomic<bool>> stop) {
+  Rank owner = buffer.owner();
+  auto release = [this, owner, lease] {
+    pool_->post([this, owner, lease] {
+      try {
+        proc_->send(ActorId{owner, agent_}, Release{lease});
+      } catch (const std::exception& e) {
+        // The owner is gone or stopping: its leases went with it.
+        log::get().debug("RDMA: releasing lease {} of rank {}: {}", lease, owner, e.what());
+      }
+    });
+  };
+  if (user->ready()) return release();  // timed out while the grant was on its way
+  if (owner == proc_->rank()) {
+    // Our own memory: no MPI, a copy under the lease.
+    try {
+      char* memory = leased(lease, 0, bytes);
+      if (write) {
+        std::memcpy(memory, local, bytes);
+      } else {
+        std::memcpy(local, memory, bytes);
+      }
+      user->setValue({});
+    } catch (...) {
+      user->setError(std::current_exception());
+    }
+    return release();
+  }
+  MpiService* mpi = windowService();
+  if (!mpi) {
+    if (!warnedFallback_.exchange(true)) {
+      log::get().warn("RDMA: one-sided MPI is not in use here (CROWN_RDMA_WINDOW=0, or no MPI "
+                      "window); RDMA buffers move in chunks over crown's own fabric, which is "
+                      "much slower");
+    }
+    return fallback(buffer, lease, local, bytes, write, user, stop, release);
+  }
+  auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, stop)
+                     : mpi->windowGet(owner, buffer.address(), local, bytes, stop);
+  moved.then([this, buffer, lease, local, bytes, write, user, stop, release](Future<void> done) {
+    try {
+      done.get();
+      user->setValue({});  // a no-op when the deadline failed it first
+    } catch (const ProcessLost&) {
+      user->setError(std::current_exception());  // SupervisionError in Python; no one to release to
+      return;
+    } catch (const BootstrapError& e) {
+      // MPI refused the one-sided transfer: this one goes over the fabric.
+      log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
+                      buffer.describe(), e.what());
+      return pool_->post([this, buffer, lease, local, bytes, write, user, stop, release] {
+        fallback(buffer, lease, local, bytes, write, user, stop, release);
+      });
+    } catch (...) {
+      user->setError(std::current_exception());
+    }
+    release();
+  });
+}
+
+void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local,
+                          std::size_t bytes, bool write, std::shared_ptr<UserState> user,
+                          std::shared_ptr<std::atomic<bool>> stop, std::function<void()> release) {
+  ++fallbackTransfers_;
+  // One chunk at a time, each a request to the owner's agent under the
+  // lease; the next is sent from the previous one's continuation. `run`
+  // holds the step weakly and each continuation strongly, so the step lives
+  // exactly as long as a chunk is on its way (no cycle).
+  struct Step {
+    std::function<void(std::size_t)> run;
+  };
+  auto step = std::make_shared<Step>();
+  ActorId agent{buffer.owner(), agent_};
+  std::weak_ptr<Step> weak = step;
+  step->run = [this, weak, agent, lease, local, bytes, write, user, stop,
+               release](std::size_t offset) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (offset >= bytes || stop->load()) {
+      user->setValue({});  // a no-op after the deadline
+      return release();
+    }
+    std::size_t n = std::min(fallbackChunk(), bytes - offset);
+    auto next = [self, offset, n, user, release](auto& reply, auto&& fill) {
+      try {
+        fill(reply);
+      } catch (const ProcessLost&) {
+        user->setError(std::current_exception());
+        return;
+      } catch (...) {
+        user->setError(std::current_exception());
+        return release();
+      }
+      self->run(offset + n);
+    };
+    if (write) {
+      WriteChunk chunk{lease, offset, std::string(local + offset, n)};
+      proc_->request<void>(agent, chunk).then(
+          [next](Future<void> reply) { next(reply, [](Future<void>& f) { f.get(); }); });
+    } else {
+      proc_->request<std::string>(agent, ReadChunk{lease, offset, n})
+          .then([next, local, offset, n](Future<std::string> reply) {
+            next(reply, [&](Future<std::string>& f) {
+              std::string data = f.get();
+              if (data.size() != n) throw ProtocolError("RDMA: a short chunk from the owner");
+              std::memcpy(local + offset, data.data(), n);
+            });
+          });
+    }
+  };
+  // The chunks' continuations hold `step` until the last one ends.
+  step->run(0);
+}
+
+Future<void> RdmaModule::drop(const Buffer& buffer) {
+  if (!buffer.valid()) return Future<void>::ready({});
+  if (buffer.owner() == proc_->rank()) return dropLocal(buffer.id(), "dropped");
+  return proc_->request<void>(ActorId{buffer.owner(), agent_}, DropRegion{buffer.id()});
+}
+
+}  // namespace crown::rdma::detail
