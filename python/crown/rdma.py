@@ -137,7 +137,11 @@ class RDMABuffer:
         if keep is None:
             return
         try:
-            future = self._handle.drop()
+            # Garbage-collected undropped: most often with its owner actor's
+            # state as the actor stops, so later readers are told that.
+            future = self._handle.drop_because(
+                "dropped when its RDMABuffer was garbage-collected (its owner actor stopped, "
+                "or the last reference to it went)")
         except Exception:  # noqa: BLE001 - the runtime is gone: nothing can read it any more
             return
         with _retiring_lock:

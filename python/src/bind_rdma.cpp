@@ -100,6 +100,11 @@ void bindRdma(py::module_& m) {
              py::gil_scoped_release release;
              return RdmaFuture(b.drop());
            })
+      .def("drop_because",
+           [](const Buffer& b, const std::string& why) {
+             py::gil_scoped_release release;
+             return RdmaFuture(b.dropBecause(why));
+           })
       // Pickling: the handle's fields (owner, owner actor, address, size, id,
       // read-only), never the memory.
       .def("fields",
@@ -119,6 +124,8 @@ void bindRdma(py::module_& m) {
     out["leases"] = s.leases;
     out["attached"] = s.attached;
     out["window"] = s.window;
+    out["held"] = s.held;
+    out["in_flight"] = s.inFlight;
     out["fallback_transfers"] = s.fallbackTransfers;
     return out;
   });

@@ -135,12 +135,21 @@ Future<void> MpiService::transfer(std::string what, Rank owner, std::uint64_t ad
     std::size_t posted = 0;  // bytes posted so far
     std::vector<MPI_Request> requests;
   };
+  // Counts the transfer as active for as long as the loop holds its poll
+  // (until it finishes, fails or is abandoned with its peer).
+  struct Active {
+    std::atomic<std::size_t>& count;
+    explicit Active(std::atomic<std::size_t>& c) : count(c) { ++count; }
+    ~Active() { --count; }
+  };
   auto start = [this, what, owner, address, local, bytes, put, stop]() -> Poll {
     auto t = std::make_shared<Transfer>();
+    auto active = std::make_shared<Active>(transfersActive_);
     MPI_Win win = window_;
     CROWN_CHECK(win != MPI_WIN_NULL, what + ": the MPI window is closed");
     // Keeps up to kChunksInFlight chunks posted; true when all have completed.
     return [=, chunk = chunkBytes()]() -> bool {
+      (void)active;
       // Drop the requests that completed (MPI_Test frees them).
       for (auto it = t->requests.begin(); it != t->requests.end();) {
         int done = 0;

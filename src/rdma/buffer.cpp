@@ -26,6 +26,12 @@ Future<void> Buffer::writeFrom(const void* src, std::size_t bytes,
 
 Future<void> Buffer::drop() const { return drop(Proc::current()); }
 
+Future<void> Buffer::dropBecause(const std::string& why) const {
+  Proc& proc = Proc::current();
+  if (owner_ == proc.rank()) return detail::RdmaModule::of(proc).dropLocal(id_, why);
+  return drop(proc);
+}
+
 Future<void> Buffer::readInto(Proc& proc, void* dst, std::size_t capacity,
                               std::chrono::milliseconds timeout) const {
   return detail::RdmaModule::of(proc).transfer(*this, dst, capacity, false, timeout);

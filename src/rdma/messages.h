@@ -22,13 +22,26 @@ struct Acquire {
 };
 
 /// Owner -> reader: the lease (until Release the registration stays
-/// attached), or why not.
+/// attached; the reader keeps it for later transfers until Revoke), or why not.
 struct Grant {
   std::uint64_t lease = 0;  // 0: refused
+  std::uint64_t bytes = 0;  // the registration's size: what the lease covers
+  bool writable = false;
   std::string error;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& lease& error;
+    archive& lease& bytes& writable& error;
+  }
+};
+
+/// Owner -> reader, one way: the registration under `lease` is being
+/// dropped; start nothing more under it, and Release it once the transfers
+/// under it have ended.
+struct Revoke {
+  std::uint64_t lease = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease;
   }
 };
 

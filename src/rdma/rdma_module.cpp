@@ -17,29 +17,12 @@ namespace {
 
 constexpr std::size_t kRememberedIds = 4096;  // dropped ids whose reason an error can still name
 
-// The rdma agent: answers requests from the module's tables. Its handlers
-// never wait (a drop's detach waits for leases in the module, not here), so
-// a Release queued behind a request is never held up.
-class RdmaAgent : public Actor {
- public:
-  explicit RdmaAgent(RdmaModule& module) {
-    handle<Acquire>([&module](const Acquire& a) {
-      return module.acquire(a.reader, a.id, a.bytes, a.write);
-    });
-    handle<Release>([&module](const Release& r) { module.release(r.lease); });
-    handle<DropRegion>([&module](const DropRegion& d) {
-      module.dropLocal(d.id, "dropped");  // the caller does not wait for the detach
-    });
-    handle<ReadChunk>([&module](const ReadChunk& r) {
-      const char* at = module.leased(r.lease, r.offset, r.bytes);
-      return std::string(at, r.bytes);
-    });
-    handle<WriteChunk>([&module](const WriteChunk& w) {
-      char* at = module.leased(w.lease, w.offset, w.data.size());
-      std::memcpy(at, w.data.data(), w.data.size());
-    });
-  }
-};
+// Replies to a request that a raw agent took, with `value` as a handler's
+// result of type T would be (so Proc::request<T> decodes it).
+template <class T>
+void replyWith(Proc& proc, const wire::Envelope& request, const T& value) {
+  proc.reply(request, wire::messageName<T>(), wire::toBytes(value));
+}
 
 }  // namespace
 
@@ -65,7 +48,51 @@ void RdmaModule::install(Proc& proc, SystemIds& ids) {
   }
   windowWanted_ = env::integer("CROWN_RDMA_WINDOW", 1, 0, 1) != 0;
   agent_ = ids.claim();
-  proc.spawnLocalAt(agent_, std::make_unique<RdmaAgent>(*this), "rdma-agent");
+  // A raw agent, not an actor: its messages are neither numbered (ORD-1)
+  // nor counted against a mailbox (FLO-1), so a reader's Release, sent from
+  // whichever pool thread saw its transfer end, never waits behind anything,
+  // and the agent answers on the thread that read the request. Its handling
+  // never blocks: a detach, which waits for the MPI service thread, is
+  // posted to the pool (finishRetired).
+  proc.setRawAgent(agent_, [this](wire::Envelope&& envelope, wire::Bytes&& bytes) {
+    onMessage(std::move(envelope), std::move(bytes));
+  });
+}
+
+void RdmaModule::onMessage(wire::Envelope envelope, wire::Bytes bytes) {
+  const std::string& type = envelope.type;
+  bool request = envelope.kind == wire::MessageKind::kRequest;
+  try {
+    if (type == wire::messageName<Acquire>()) {
+      auto a = wire::fromBytes<Acquire>(bytes);
+      replyWith(*proc_, envelope, acquire(a.reader, a.id, a.bytes, a.write));
+    } else if (type == wire::messageName<Release>()) {
+      release(wire::fromBytes<Release>(bytes).lease);
+    } else if (type == wire::messageName<Revoke>()) {
+      revoked(envelope.sender.rank, wire::fromBytes<Revoke>(bytes).lease);
+    } else if (type == wire::messageName<DropRegion>()) {
+      dropLocal(wire::fromBytes<DropRegion>(bytes).id, "dropped");  // no wait for the detach
+      if (request) replyWith(*proc_, envelope, crown::detail::Unit{});
+    } else if (type == wire::messageName<ReadChunk>()) {
+      auto r = wire::fromBytes<ReadChunk>(bytes);
+      const char* at = leased(r.lease, r.offset, r.bytes);
+      replyWith(*proc_, envelope, std::string(at, r.bytes));
+    } else if (type == wire::messageName<WriteChunk>()) {
+      auto w = wire::fromBytes<WriteChunk>(bytes);
+      char* at = leased(w.lease, w.offset, w.data.size());
+      std::memcpy(at, w.data.data(), w.data.size());
+      replyWith(*proc_, envelope, crown::detail::Unit{});
+    } else {
+      throw ProtocolError("the rdma agent takes no " + type);
+    }
+  } catch (...) {
+    if (request) return proc_->replyFailure(envelope, std::current_exception());
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      log::get().warn("RDMA agent: a {} failed: {}", type, e.what());
+    }
+  }
 }
 
 MpiService* RdmaModule::windowService() const {
@@ -119,6 +146,7 @@ void RdmaModule::remember(std::uint64_t id, std::string why) {
 Future<void> RdmaModule::dropLocal(std::uint64_t id, const std::string& why) {
   auto done = std::make_shared<crown::detail::FutureState<void>>();
   std::unique_ptr<Region> retired;
+  std::vector<std::pair<Rank, std::uint64_t>> revokes;  // (reader, lease)
   {
     std::lock_guard lock(mutex_);
     auto it = regions_.find(id);
@@ -131,10 +159,14 @@ Future<void> RdmaModule::dropLocal(std::uint64_t id, const std::string& why) {
     if (!region.dropping) {
       region.dropping = true;  // from here on, acquire refuses it
       region.dropReason = why;
+      // Readers hold their leases for later transfers: ask for them back.
+      for (const auto& [lease, entry] : leases_)
+        if (entry.region == id) revokes.emplace_back(entry.reader, lease);
     }
     region.dropped.push_back(done);
     retired = retireIfIdle(id);
   }
+  for (const auto& [reader, lease] : revokes) sendRevoke(reader, lease);
   finishRetired(std::move(retired));
   return Future<void>(done);
 }
@@ -150,6 +182,16 @@ std::unique_ptr<RdmaModule::Region> RdmaModule::retireIfIdle(std::uint64_t id) {
 
 void RdmaModule::finishRetired(std::unique_ptr<Region> region) {
   if (!region) return;
+  if (region->attached && mpi_ && !detaching_ && !stopping_) {
+    // Off the agent's thread: the detach waits for the MPI service thread.
+    // (Once the proc stops, in place: the pool may not run it any more.)
+    std::shared_ptr<Region> later(std::move(region));
+    return pool_->post([this, later] {
+      detaching_ = true;  // this pool thread may detach in place
+      finishRetired(std::make_unique<Region>(std::move(*later)));
+      detaching_ = false;
+    });
+  }
   std::exception_ptr error;
   if (region->attached && mpi_) {
     // Only now, with no lease left, may the memory leave the window: no
@@ -186,18 +228,19 @@ Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bo
       auto gone = gone_.find(id);
       why = gone != gone_.end() ? gone->second : "dropped";
     }
-    return Grant{0, named() + " was " + why + ": it can no longer be read or written"};
+    return Grant{0, 0, false, named() + " was " + why + ": it can no longer be read or written"};
   }
   Region& region = it->second;
   if (bytes > region.bytes) {
-    return Grant{0, named() + " holds " + std::to_string(region.bytes) + " bytes, not " +
-                        std::to_string(bytes)};
+    return Grant{0, 0, false,
+                 named() + " holds " + std::to_string(region.bytes) + " bytes, not " +
+                     std::to_string(bytes)};
   }
-  if (write && region.readOnly) return Grant{0, named() + " is read-only"};
+  if (write && region.readOnly) return Grant{0, 0, false, named() + " is read-only"};
   std::uint64_t lease = nextLease_++;
   leases_.emplace(lease, Lease{reader, id});
   ++region.leases;
-  return Grant{lease, ""};
+  return Grant{lease, region.bytes, !region.readOnly, ""};
 }
 
 void RdmaModule::release(std::uint64_t lease) {
@@ -225,9 +268,25 @@ char* RdmaModule::leased(std::uint64_t lease, std::uint64_t offset, std::uint64_
   return region.base + offset;
 }
 
+void RdmaModule::sendRevoke(Rank reader, std::uint64_t lease) {
+  try {
+    proc_->send(ActorId{reader, agent_}, Revoke{lease});
+  } catch (const std::exception& e) {
+    // The reader is gone (its leases end in peerLost) or this proc stops.
+    log::get().debug("RDMA: revoking lease {} of rank {}: {}", lease, reader, e.what());
+  }
+}
+
 void RdmaModule::peerLost(Rank peer, const std::string&) {
-  // The lost reader's transfers end with it: whatever MPI still does for
-  // them, no one waits for the bytes.
+  // As a reader: the leases held on the lost owner's buffers are void (its
+  // transfers fail with ProcessLost in the MPI service).
+  {
+    std::lock_guard lock(heldMutex_);
+    std::erase_if(held_, [peer](const auto& entry) { return entry.first.first == peer; });
+    std::erase_if(cached_, [peer](const auto& entry) { return entry.first.first == peer; });
+  }
+  // As an owner: the lost reader's transfers end with it: whatever MPI still
+  // does for them, no one waits for the bytes.
   std::vector<std::uint64_t> ended;
   {
     std::lock_guard lock(mutex_);
@@ -249,7 +308,7 @@ void RdmaModule::actorStopped(std::uint64_t local) {
 
 void RdmaModule::stop() {
   std::vector<std::uint64_t> all;
-  std::vector<std::unique_ptr<Region>> retired;
+  stopping_ = true;
   {
     std::lock_guard lock(mutex_);
     stopped_ = true;
@@ -265,6 +324,15 @@ void RdmaModule::stop() {
     for (const auto& [lease, entry] : leases_) leases.push_back(lease);
   }
   for (std::uint64_t lease : leases) release(lease);
+  // As a reader: give back what this proc holds.
+  std::vector<LeaseKey> held;
+  {
+    std::lock_guard lock(heldMutex_);
+    for (const auto& [key, entry] : held_) held.push_back(key);
+    held_.clear();
+    cached_.clear();
+  }
+  for (const auto& [owner, lease] : held) sendRelease(owner, lease);
 }
 
 Stats RdmaModule::stats() const {
@@ -274,6 +342,11 @@ Stats RdmaModule::stats() const {
     for (const auto& [id, region] : regions_)
       if (!region.dropping) ++out.registered;
     out.leases = leases_.size();
+  }
+  {
+    std::lock_guard lock(heldMutex_);
+    out.held = held_.size();
+    out.inFlight = inFlight_;
   }
   out.attached = mpi_ ? mpi_->windowAttached() : 0;
   out.window = windowService() != nullptr;

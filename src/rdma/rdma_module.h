@@ -11,9 +11,13 @@
 // that stops are dropped with it (actorStopped), and all of them when the
 // proc stops.
 //
-// Reader side (transfer.cpp): acquire, move the bytes (the MPI window; a
-// memcpy when the owner is this proc; chunks over crown's fabric where there
-// is no window), release; with the transfer's deadline kept on the pool.
+// Reader side (transfer.cpp): a lease (acquired on the first transfer of a
+// buffer, then held and reused by later transfers of it, so the steady state
+// sends no message at all), the bytes moved (the MPI window; a memcpy when
+// the owner is this proc; chunks over crown's fabric where there is no
+// window), with the transfer's deadline kept on the pool. A held lease ends
+// when the owner revokes it (the buffer is being dropped) and no transfer
+// under it is running: then the reader releases it, and the owner detaches.
 //
 // Thread-safe: regions and leases under mutex_.
 #pragma once
@@ -62,7 +66,12 @@ class RdmaModule final : public Proc::Module {
                         std::chrono::milliseconds timeout);
   Future<void> drop(const Buffer& buffer);
 
+  /// Reader side: the owner revoked `lease` (its registration is being dropped).
+  void revoked(Rank owner, std::uint64_t lease);
+
   Stats stats() const;
+  /// The rdma agent (a raw agent): requests from readers.
+  void onMessage(wire::Envelope envelope, wire::Bytes bytes);
   Proc& proc() const { return *proc_; }
   std::uint64_t agentId() const { return agent_; }
 
@@ -91,6 +100,25 @@ class RdmaModule final : public Proc::Module {
   void remember(std::uint64_t id, std::string why);  // under mutex_: why an id is gone
   MpiService* windowService() const;  // the MPI service when it has a window, else null
 
+  // Reader side (transfer.cpp): the leases this proc holds.
+  struct Held {
+    std::uint64_t region = 0;
+    std::uint64_t bytes = 0;
+    bool writable = false;
+    std::size_t inFlight = 0;  // transfers under it not yet ended
+    bool revoked = false;
+    bool cached = false;  // the one later transfers of its buffer reuse
+  };
+  using LeaseKey = std::pair<Rank, std::uint64_t>;  // (owner, lease): lease ids are the owner's
+  /// A held lease that covers the transfer, its inFlight counted; 0: none.
+  std::uint64_t reuse(const Buffer& buffer, std::size_t bytes, bool write);
+  /// A lease just granted, held with one transfer under it.
+  void hold(const Buffer& buffer, const Grant& grant);
+  /// A transfer under `lease` ended: releases the lease when it was revoked meanwhile.
+  void endTransfer(Rank owner, std::uint64_t lease);
+  void sendRelease(Rank owner, std::uint64_t lease);
+  void sendRevoke(Rank reader, std::uint64_t lease);
+
   // Reader side helpers (transfer.cpp).
   void moveBytes(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
                  bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
@@ -117,7 +145,13 @@ class RdmaModule final : public Proc::Module {
   std::uint64_t nextId_ = 1;
   std::uint64_t nextLease_ = 1;
   bool stopped_ = false;
+  std::atomic<bool> stopping_{false};  // stop() began: detach in place
+  static inline thread_local bool detaching_ = false;  // finishRetired runs on the pool
   std::atomic<std::uint64_t> fallbackTransfers_{0};
+  mutable std::mutex heldMutex_;  // held_, cached_, inFlight_ (never taken with mutex_)
+  std::map<LeaseKey, Held> held_;
+  std::map<std::pair<Rank, std::uint64_t>, std::uint64_t> cached_;  // (owner, region id) -> lease
+  std::size_t inFlight_ = 0;
   std::atomic<bool> warnedFallback_{false};
 };
 

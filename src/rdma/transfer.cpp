@@ -59,9 +59,15 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     user->setError(std::make_exception_ptr(
         Timeout(what + ": not done within " + std::to_string(timeout.count()) + " ms")));
   });
+  char* mine = static_cast<char*>(local);
+  // The steady state: a lease held from an earlier transfer of this buffer,
+  // no message at all.
+  if (std::uint64_t lease = reuse(buffer, n, write)) {
+    moveBytes(buffer, lease, mine, n, write, user, stop);
+    return Future<void>(user);
+  }
   Acquire acquire{buffer.id(), n, write, proc_->rank()};
   auto grant = proc_->request<Grant>(ActorId{buffer.owner(), agent_}, acquire);
-  char* mine = static_cast<char*>(local);
   grant.then([this, buffer, mine, n, write, user, stop](Future<Grant> reply) {
     Grant granted;
     try {
@@ -70,25 +76,88 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
       return user->setError(std::current_exception());  // the owner lost or stopped (DLV-1)
     }
     if (granted.lease == 0) return user->setError(std::make_exception_ptr(BufferError(granted.error)));
+    hold(buffer, granted);
     moveBytes(buffer, granted.lease, mine, n, write, user, stop);
   });
   return Future<void>(user);
+}
+
+std::uint64_t RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write) {
+  std::lock_guard lock(heldMutex_);
+  auto it = cached_.find({buffer.owner(), buffer.id()});
+  if (it == cached_.end()) return 0;
+  Held& held = held_.at({buffer.owner(), it->second});
+  if (held.revoked || bytes > held.bytes || (write && !held.writable)) return 0;
+  ++held.inFlight;
+  ++inFlight_;
+  return it->second;
+}
+
+void RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
+  std::lock_guard lock(heldMutex_);
+  Held held{buffer.id(), grant.bytes, grant.writable, 1, false, false};
+  // Two first transfers may race for a lease: the first one kept is reused,
+  // the other ends with its transfer.
+  held.cached = cached_.emplace(std::make_pair(buffer.owner(), buffer.id()), grant.lease).second;
+  held_.emplace(LeaseKey{buffer.owner(), grant.lease}, held);
+  ++inFlight_;
+}
+
+void RdmaModule::endTransfer(Rank owner, std::uint64_t lease) {
+  bool give = false;
+  {
+    std::lock_guard lock(heldMutex_);
+    --inFlight_;
+    auto it = held_.find({owner, lease});
+    if (it == held_.end()) return;  // void already (the owner was lost)
+    Held& held = it->second;
+    if (--held.inFlight == 0 && (held.revoked || !held.cached)) {
+      if (held.cached) cached_.erase({owner, held.region});
+      held_.erase(it);
+      give = true;
+    }
+  }
+  if (give) sendRelease(owner, lease);
+}
+
+void RdmaModule::revoked(Rank owner, std::uint64_t lease) {
+  bool give = false;
+  {
+    std::lock_guard lock(heldMutex_);
+    auto it = held_.find({owner, lease});
+    if (it == held_.end()) return;  // released already
+    Held& held = it->second;
+    held.revoked = true;  // later transfers ask the owner again, who refuses
+    if (held.cached) {
+      cached_.erase({owner, held.region});
+      held.cached = false;
+    }
+    if (held.inFlight == 0) {
+      held_.erase(it);
+      give = true;
+    }
+  }
+  if (give) sendRelease(owner, lease);
+}
+
+void RdmaModule::sendRelease(Rank owner, std::uint64_t lease) {
+  // Posted: this may run on the MPI service thread (a transfer's
+  // continuation), which must never wait on a send.
+  pool_->post([this, owner, lease] {
+    try {
+      proc_->send(ActorId{owner, agent_}, Release{lease});
+    } catch (const std::exception& e) {
+      // The owner is gone or stopping: its leases went with it.
+      log::get().debug("RDMA: releasing lease {} of rank {}: {}", lease, owner, e.what());
+    }
+  });
 }
 
 void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* local,
                            std::size_t bytes, bool write, std::shared_ptr<UserState> user,
                            std::shared_ptr<std::atomic<bool>> stop) {
   Rank owner = buffer.owner();
-  auto release = [this, owner, lease] {
-    pool_->post([this, owner, lease] {
-      try {
-        proc_->send(ActorId{owner, agent_}, Release{lease});
-      } catch (const std::exception& e) {
-        // The owner is gone or stopping: its leases went with it.
-        log::get().debug("RDMA: releasing lease {} of rank {}: {}", lease, owner, e.what());
-      }
-    });
-  };
+  auto release = [this, owner, lease] { endTransfer(owner, lease); };
   if (user->ready()) return release();  // timed out while the grant was on its way
   if (owner == proc_->rank()) {
     // Our own memory: no MPI, a copy under the lease.
@@ -121,8 +190,9 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
       done.get();
       user->setValue({});  // a no-op when the deadline failed it first
     } catch (const ProcessLost&) {
-      user->setError(std::current_exception());  // SupervisionError in Python; no one to release to
-      return;
+      // SupervisionError in Python. The lease died with its owner: the end
+      // only counts the transfer out (peerLost forgets the lease).
+      user->setError(std::current_exception());
     } catch (const BootstrapError& e) {
       // MPI refused the one-sided transfer: this one goes over the fabric.
       log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
@@ -163,9 +233,6 @@ void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local
     auto next = [self, offset, n, user, release](auto& reply, auto&& fill) {
       try {
         fill(reply);
-      } catch (const ProcessLost&) {
-        user->setError(std::current_exception());
-        return;
       } catch (...) {
         user->setError(std::current_exception());
         return release();

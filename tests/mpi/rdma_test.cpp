@@ -51,11 +51,11 @@ struct DropOwn {
   void serialize(Archive&, unsigned) {}
 };
 struct RdmaStats {
-  std::uint64_t registered = 0, leases = 0, attached = 0, fallback = 0;
+  std::uint64_t registered = 0, leases = 0, attached = 0, fallback = 0, held = 0, inFlight = 0;
   bool window = false;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& registered& leases& attached& fallback& window;
+    archive& registered& leases& attached& fallback& held& inFlight& window;
   }
 };
 struct AskStats {
@@ -69,7 +69,8 @@ void stopActor(const ActorId& id) {
 
 RdmaStats statsHere() {
   auto s = rdma::stats(Proc::current());
-  return RdmaStats{s.registered, s.leases, s.attached, s.fallbackTransfers, s.window};
+  return RdmaStats{s.registered, s.leases, s.attached, s.fallbackTransfers,
+                   s.held,       s.inFlight, s.window};
 }
 
 class Holder : public Actor {
@@ -122,6 +123,12 @@ class RdmaTest : public ::testing::Test {
         // stopped by the test already
       }
     }
+    // Their buffers' leases come back to their owners (revoked, released):
+    // the next test starts with none held here.
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (statsHere().held != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    EXPECT_EQ(statsHere().held, 0u) << "the controller still holds leases of stopped actors";
   }
   std::vector<ActorRef<Holder>> holders_;
   static inline int next_ = 0;
@@ -145,6 +152,12 @@ TEST_F(RdmaTest, AHandleTravelsFromOwnerToControllerToAReader) {
   EXPECT_EQ(here[kBytes], 0xEE);  // nothing past the buffer's size
   // And the owner's own proc reads it (no MPI: a copy under the lease).
   EXPECT_EQ(holders_[1].call<std::uint64_t>(ReadCheck{handle, 7}).get(30s), 0u);
+  // Later reads reuse the lease the first one got: the owner granted one
+  // per reading proc, whatever the number of reads.
+  for (int i = 0; i < 5; ++i) handle.readInto(here.data(), here.size(), 30s).get();
+  EXPECT_EQ(holders_[1].call<RdmaStats>(AskStats{}).get(10s).leases, 3u);  // ranks 0, 1, 2
+  EXPECT_EQ(statsHere().inFlight, 0u);
+  EXPECT_EQ(statsHere().fallback > 0, !expectWindow());
 }
 
 TEST_F(RdmaTest, WriteFromLandsInTheOwnersMemory) {
@@ -174,7 +187,13 @@ TEST_F(RdmaTest, ATooSmallDestinationFailsBeforeAnythingMoves) {
 TEST_F(RdmaTest, ADroppedBufferFailsClearlyAndIsDetached) {
   auto before = holders_[1].call<RdmaStats>(AskStats{}).get(10s);
   rdma::Buffer handle = holders_[1].call<rdma::Buffer>(Publish{1 << 20, 4}).get(30s);
-  holders_[1].call<void>(DropOwn{}).get(10s);
+  // Read first, so that readers hold leases the drop has to revoke.
+  EXPECT_EQ(holders_[2].call<std::uint64_t>(ReadCheck{handle, 4}).get(30s), 0u);
+  std::vector<std::uint8_t> first(1 << 20);
+  handle.readInto(first.data(), first.size(), 10s).get();
+  EXPECT_EQ(statsHere().held, 1u);
+  holders_[1].call<void>(DropOwn{}).get(10s);  // completes once every reader gave its lease back
+  EXPECT_EQ(statsHere().held, 0u);
   std::vector<std::uint8_t> into(1 << 20, 0x11);
   try {
     handle.readInto(into.data(), into.size(), 10s).get();
@@ -186,7 +205,7 @@ TEST_F(RdmaTest, ADroppedBufferFailsClearlyAndIsDetached) {
   auto after = holders_[1].call<RdmaStats>(AskStats{}).get(10s);
   EXPECT_EQ(after.registered, before.registered);
   EXPECT_EQ(after.attached, before.attached);
-  EXPECT_EQ(after.leases, 0u);
+  EXPECT_EQ(after.leases, before.leases);
   handle.drop().get(10s);  // idempotent, from another proc
 }
 
@@ -209,10 +228,11 @@ TEST_F(RdmaTest, ATimeoutFailsTheTransferAndLeavesTheBufferUsable) {
   auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(handle.readInto(into.data(), into.size(), 1ms).get(), Timeout);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
-  // The leases of the abandoned transfer end once its bytes in flight have.
+  // The abandoned transfer ends once its bytes in flight have (no new chunk
+  // is posted after the deadline).
   auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (holders_[1].call<RdmaStats>(AskStats{}).get(10s).leases != 0) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "a lease outlived its timeout";
+  while (statsHere().inFlight != 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "a transfer outlived its timeout";
     std::this_thread::sleep_for(10ms);
   }
   handle.readInto(into.data(), into.size(), 60s).get();

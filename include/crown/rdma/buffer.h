@@ -61,6 +61,9 @@ class Buffer {
   /// future completes once no transfer can touch the memory any more (the
   /// owner detached it). From any proc; idempotent.
   Future<void> drop() const;
+  /// drop(), with the reason later transfers' errors give ("... was <why>");
+  /// on another proc than the owner's, the reason is "dropped".
+  Future<void> dropBecause(const std::string& why) const;
 
   /// The same, from `proc` rather than Proc::current().
   Future<void> readInto(Proc& proc, void* dst, std::size_t capacity,
@@ -103,7 +106,9 @@ class Buffer {
 /// One proc's RDMA bookkeeping, for tests and status.
 struct Stats {
   std::size_t registered = 0;  ///< registrations alive (not dropped) on this proc
-  std::size_t leases = 0;      ///< transfers the owner has let start and not seen end
+  std::size_t leases = 0;      ///< owner side: leases granted and not yet released
+  std::size_t held = 0;        ///< reader side: leases this proc holds (reused until revoked)
+  std::size_t inFlight = 0;    ///< reader side: transfers started here and not yet ended
   std::size_t attached = 0;    ///< regions attached to the MPI window (the whole process)
   bool window = false;         ///< one-sided MPI is in use (false: the fabric fallback)
   std::uint64_t fallbackTransfers = 0;  ///< transfers made over crown's fabric
