@@ -23,6 +23,8 @@ constexpr auto kMaxPause = 80us;
 // How long a cancelled point-to-point request is polled before it is
 // handed to MPI_Request_free (Open MPI may never complete a cancelled send).
 constexpr auto kCancelGrace = 1s;
+// How long the loop stays awake after a one-sided transfer ended.
+constexpr auto kTransferLinger = 500us;
 
 }  // namespace
 
@@ -185,10 +187,12 @@ void MpiService::loop() {
       bool exposed = attached_ > 0;
       if (typed_.empty() && generic_.empty() && !exposed) {
         wake_.wait(lock, work);  // nothing in flight: sleep, burn no core
-      } else if (idle > kSpinPasses && transfersActive_ == 0) {
-        // (While a one-sided transfer is in flight the loop only yields: a
-        // pause would add up to kMaxPause to each transfer's end, which
-        // for a 1 MiB read is a third of its time.)
+      } else if (idle > kSpinPasses && transfersActive_ == 0 &&
+                 Clock::now() - lastTransferEnd_ > kTransferLinger) {
+        // (While a one-sided transfer is in flight, and for kTransferLinger
+        // after one ended, the loop only yields: a pause would add up to
+        // kMaxPause to each transfer's start or end, which for a 1 MiB read
+        // is a third of its time, and transfers come in runs.)
         auto pause = std::min<std::chrono::microseconds>(
             kMaxPause, kMinPause * (1 << std::min(idle - kSpinPasses, 4)));
         wake_.wait_for(lock, pause, work);

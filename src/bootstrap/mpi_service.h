@@ -154,6 +154,7 @@ class MpiService final : public crown::MpiService {
   std::atomic<bool> hasWindow_{false};
   std::atomic<std::size_t> attached_{0};  // regions attached to window_
   std::atomic<std::size_t> transfersActive_{0};  // windowGet/windowPut started, not yet dropped
+  Clock::time_point lastTransferEnd_{};  // the service thread's: when the last one ended
   // The service thread's own.
   MPI_Win window_ = MPI_WIN_NULL;
   MPI_Comm windowComm_ = MPI_COMM_NULL;  // the world's, for the progress probe

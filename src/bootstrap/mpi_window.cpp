@@ -138,13 +138,16 @@ Future<void> MpiService::transfer(std::string what, Rank owner, std::uint64_t ad
   // Counts the transfer as active for as long as the loop holds its poll
   // (until it finishes, fails or is abandoned with its peer).
   struct Active {
-    std::atomic<std::size_t>& count;
-    explicit Active(std::atomic<std::size_t>& c) : count(c) { ++count; }
-    ~Active() { --count; }
+    MpiService& service;
+    explicit Active(MpiService& s) : service(s) { ++service.transfersActive_; }
+    ~Active() {  // on the service thread: the loop drops the poll there
+      --service.transfersActive_;
+      service.lastTransferEnd_ = Clock::now();
+    }
   };
   auto start = [this, what, owner, address, local, bytes, put, stop]() -> Poll {
     auto t = std::make_shared<Transfer>();
-    auto active = std::make_shared<Active>(transfersActive_);
+    auto active = std::make_shared<Active>(*this);
     MPI_Win win = window_;
     CROWN_CHECK(win != MPI_WIN_NULL, what + ": the MPI window is closed");
     // Keeps up to kChunksInFlight chunks posted; true when all have completed.
