@@ -107,6 +107,20 @@ def _prune_retiring():
         _retiring[:] = [(f, keep) for f, keep in _retiring if not f.done()]
 
 
+# The local memory of transfers not yet ended, kept alive here even when
+# the caller drops its future: MPI may still write into (or read from) it
+# until the transfer's C++ future is done, which it is only once MPI has let
+# go of every byte (after a timeout too).
+_transfers: List[Tuple[Any, Any]] = []
+_transfers_lock = threading.Lock()
+
+
+def _track_transfers(started):
+    with _transfers_lock:
+        _transfers[:] = [(f, local) for f, local in _transfers if not f.done()]
+        _transfers.extend(started)
+
+
 class RDMABuffer:
     """Memory of this process that other processes may read and write."""
 
@@ -229,6 +243,7 @@ class RDMAAction:
                 started.append((handle.read_into(address, size, timeout), local))
             else:
                 started.append((handle.write_from(address, size, timeout), local))
+        _track_transfers(started)
 
         def wait(wait_timeout: Optional[float]):
             error = None

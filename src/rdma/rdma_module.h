@@ -1,11 +1,12 @@
 // RdmaModule: the rdma layer on one Proc. Two roles:
 //
 // Owner side (rdma_module.cpp): the registrations of this proc's memory and
-// the rdma agent (a system actor at the same id on every proc) that guards
-// them. A transfer may start only under a lease that the agent grants after
+// the rdma agent (a raw agent at the same system id on every proc) that
+// guards them. A transfer may start only under a lease that the agent grants after
 // checking the registration id (alive, not being dropped, the transfer fits,
 // writes allowed); a registration is detached from the MPI window only when
-// its last lease has ended, so a dropped buffer can never be read or written
+// its last lease has ended (a drop revokes the leases readers hold, and
+// waits for their Release), so a dropped buffer can never be read or written
 // (why a lease and not a check word in the window: docs/rdma.md). Leases of
 // a reader that is lost end with it (peerLost); registrations of an actor
 // that stops are dropped with it (actorStopped), and all of them when the
@@ -38,6 +39,7 @@
 namespace crown::rdma::detail {
 
 struct Grant;
+struct Deadline;  // transfer.cpp
 
 class RdmaModule final : public Proc::Module {
  public:
@@ -122,10 +124,10 @@ class RdmaModule final : public Proc::Module {
   // Reader side helpers (transfer.cpp).
   void moveBytes(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
                  bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
-                 std::shared_ptr<std::atomic<bool>> stop);
+                 std::shared_ptr<Deadline> deadline);
   void fallback(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
                 bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
-                std::shared_ptr<std::atomic<bool>> stop, std::function<void()> release);
+                std::shared_ptr<Deadline> deadline, std::function<void()> release);
 
   std::shared_ptr<Executor> pool_;
   Proc* proc_ = nullptr;

@@ -29,6 +29,31 @@ std::string sizeText(std::size_t bytes) { return std::to_string(bytes) + " bytes
 
 }  // namespace
 
+// A transfer's deadline. The future completes only once MPI (or the
+// fallback) has let go of the caller's memory, so that memory may be freed
+// as soon as the future is done, even after a timeout: a deadline that
+// passes before any byte moves fails the future at once; one that passes
+// while chunks are in flight stops further chunks, and the future fails
+// with the Timeout when those in flight have landed (a few chunks' time).
+struct Deadline {
+  enum Phase { kAcquiring, kMoving, kExpired };
+  std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<int> phase{kAcquiring};
+  std::exception_ptr error;  // the Timeout, made up front
+
+  /// Moving begins; false when the deadline passed first (end the transfer).
+  bool begin() {
+    int acquiring = kAcquiring;
+    return phase.compare_exchange_strong(acquiring, kMoving) || phase == kMoving;
+  }
+  /// The transfer has let go of the memory: its outcome.
+  void finish(UserState& user, std::exception_ptr failure) const {
+    if (failure) return user.setError(std::move(failure));
+    if (stop->load()) return user.setError(error);  // stopped early: not every byte moved
+    user.setValue({});
+  }
+};
+
 Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t bytes,
                                   bool write, std::chrono::milliseconds timeout) {
   // Checked here, before anything moves (the owner checks again).
@@ -48,27 +73,28 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
   if (timeout.count() <= 0) throw ConfigError("an RDMA transfer needs a positive timeout");
 
   auto user = std::make_shared<UserState>();
-  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto deadline = std::make_shared<Deadline>();
   std::string what = std::string(write ? "write_from " : "read_into ") + buffer.describe();
-  // The deadline: the future fails now, the bytes in flight finish in the
-  // background (no new chunk is posted), and then the lease is released, so
-  // the buffer is as usable as before.
-  pool_->after(timeout, [user, stop, what, timeout] {
+  deadline->error = std::make_exception_ptr(
+      Timeout(what + ": not done within " + std::to_string(timeout.count()) + " ms"));
+  pool_->after(timeout, [user, deadline] {
     if (user->ready()) return;
-    stop->store(true);
-    user->setError(std::make_exception_ptr(
-        Timeout(what + ": not done within " + std::to_string(timeout.count()) + " ms")));
+    deadline->stop->store(true);  // no new chunk; the buffer stays usable
+    int acquiring = Deadline::kAcquiring;
+    if (deadline->phase.compare_exchange_strong(acquiring, Deadline::kExpired)) {
+      user->setError(deadline->error);  // nothing moves yet: fail now
+    }
   });
   char* mine = static_cast<char*>(local);
   // The steady state: a lease held from an earlier transfer of this buffer,
   // no message at all.
   if (std::uint64_t lease = reuse(buffer, n, write)) {
-    moveBytes(buffer, lease, mine, n, write, user, stop);
+    moveBytes(buffer, lease, mine, n, write, user, deadline);
     return Future<void>(user);
   }
   Acquire acquire{buffer.id(), n, write, proc_->rank()};
   auto grant = proc_->request<Grant>(ActorId{buffer.owner(), agent_}, acquire);
-  grant.then([this, buffer, mine, n, write, user, stop](Future<Grant> reply) {
+  grant.then([this, buffer, mine, n, write, user, deadline](Future<Grant> reply) {
     Grant granted;
     try {
       granted = reply.get();
@@ -77,7 +103,7 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     }
     if (granted.lease == 0) return user->setError(std::make_exception_ptr(BufferError(granted.error)));
     hold(buffer, granted);
-    moveBytes(buffer, granted.lease, mine, n, write, user, stop);
+    moveBytes(buffer, granted.lease, mine, n, write, user, deadline);
   });
   return Future<void>(user);
 }
@@ -155,10 +181,10 @@ void RdmaModule::sendRelease(Rank owner, std::uint64_t lease) {
 
 void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* local,
                            std::size_t bytes, bool write, std::shared_ptr<UserState> user,
-                           std::shared_ptr<std::atomic<bool>> stop) {
+                           std::shared_ptr<Deadline> deadline) {
   Rank owner = buffer.owner();
   auto release = [this, owner, lease] { endTransfer(owner, lease); };
-  if (user->ready()) return release();  // timed out while the grant was on its way
+  if (!deadline->begin()) return release();  // timed out while the grant was on its way
   if (owner == proc_->rank()) {
     // Our own memory: no MPI, a copy under the lease.
     try {
@@ -168,11 +194,12 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
       } else {
         std::memcpy(local, memory, bytes);
       }
-      user->setValue({});
     } catch (...) {
-      user->setError(std::current_exception());
+      release();
+      return user->setError(std::current_exception());
     }
-    return release();
+    release();
+    return user->setValue({});
   }
   MpiService* mpi = windowService();
   if (!mpi) {
@@ -181,35 +208,39 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
                       "window); RDMA buffers move in chunks over crown's own fabric, which is "
                       "much slower");
     }
-    return fallback(buffer, lease, local, bytes, write, user, stop, release);
+    return fallback(buffer, lease, local, bytes, write, user, deadline, release);
   }
-  auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, stop)
-                     : mpi->windowGet(owner, buffer.address(), local, bytes, stop);
-  moved.then([this, buffer, lease, local, bytes, write, user, stop, release](Future<void> done) {
+  auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, deadline->stop)
+                     : mpi->windowGet(owner, buffer.address(), local, bytes, deadline->stop);
+  moved.then([this, buffer, lease, local, bytes, write, user, deadline,
+              release](Future<void> done) {
+    // The lease goes first (the owner may detach once the last one ends),
+    // then the caller hears: its memory is free from here on.
+    std::exception_ptr failure;
     try {
       done.get();
-      user->setValue({});  // a no-op when the deadline failed it first
     } catch (const ProcessLost&) {
       // SupervisionError in Python. The lease died with its owner: the end
       // only counts the transfer out (peerLost forgets the lease).
-      user->setError(std::current_exception());
+      failure = std::current_exception();
     } catch (const BootstrapError& e) {
       // MPI refused the one-sided transfer: this one goes over the fabric.
       log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
                       buffer.describe(), e.what());
-      return pool_->post([this, buffer, lease, local, bytes, write, user, stop, release] {
-        fallback(buffer, lease, local, bytes, write, user, stop, release);
+      return pool_->post([this, buffer, lease, local, bytes, write, user, deadline, release] {
+        fallback(buffer, lease, local, bytes, write, user, deadline, release);
       });
     } catch (...) {
-      user->setError(std::current_exception());
+      failure = std::current_exception();
     }
     release();
+    deadline->finish(*user, failure);
   });
 }
 
 void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local,
                           std::size_t bytes, bool write, std::shared_ptr<UserState> user,
-                          std::shared_ptr<std::atomic<bool>> stop, std::function<void()> release) {
+                          std::shared_ptr<Deadline> deadline, std::function<void()> release) {
   ++fallbackTransfers_;
   // One chunk at a time, each a request to the owner's agent under the
   // lease; the next is sent from the previous one's continuation. `run`
@@ -221,21 +252,21 @@ void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local
   auto step = std::make_shared<Step>();
   ActorId agent{buffer.owner(), agent_};
   std::weak_ptr<Step> weak = step;
-  step->run = [this, weak, agent, lease, local, bytes, write, user, stop,
+  step->run = [this, weak, agent, lease, local, bytes, write, user, deadline,
                release](std::size_t offset) {
     auto self = weak.lock();
     if (!self) return;
-    if (offset >= bytes || stop->load()) {
-      user->setValue({});  // a no-op after the deadline
-      return release();
+    if (offset >= bytes || deadline->stop->load()) {
+      release();
+      return deadline->finish(*user, nullptr);
     }
     std::size_t n = std::min(fallbackChunk(), bytes - offset);
-    auto next = [self, offset, n, user, release](auto& reply, auto&& fill) {
+    auto next = [self, offset, n, user, deadline, release](auto& reply, auto&& fill) {
       try {
         fill(reply);
       } catch (...) {
-        user->setError(std::current_exception());
-        return release();
+        release();
+        return deadline->finish(*user, std::current_exception());
       }
       self->run(offset + n);
     };
