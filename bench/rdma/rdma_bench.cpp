@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
     std::cout << "RDMA between rank 0 and rank 1 (" << ctl.topology().hostCount
               << " host(s)); transport: " << (window ? "MPI window" : "fabric fallback")
               << "\nGB/s; ratios are crown / raw MPI\n";
-    crown::bench::printRow("size", {"read", "raw get", "ratio", "write", "raw put", "ratio",
-                                    "call", "memcpy"});
+    crown::bench::printRow(
+        "size", {"read", "raw get", "ratio", "write", "raw put", "ratio", "call", "memcpy"});
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t bytes : sizes) {
       auto buffer = holder.call<crown::rdma::Buffer>(Publish{bytes}).get(60s);
@@ -143,14 +143,15 @@ int main(int argc, char** argv) {
       int reps = std::max(3, repsFor(bytes) / kRounds);
       double read = 0, write = 0, get = 0, put = 0;
       for (int round = 0; round < kRounds; ++round) {
-        read = std::max(read, bandwidth(bytes, reps, [&] {
-          buffer.readInto(local.data(), bytes, 60s).get();
-        }));
-        if (window) get = std::max(get, rawMpi(mpi, false, local.data(), buffer.address(), bytes, reps));
+        read = std::max(
+            read, bandwidth(bytes, reps, [&] { buffer.readInto(local.data(), bytes, 60s).get(); }));
+        if (window)
+          get = std::max(get, rawMpi(mpi, false, local.data(), buffer.address(), bytes, reps));
         write = std::max(write, bandwidth(bytes, reps, [&] {
-          buffer.writeFrom(local.data(), bytes, 60s).get();
-        }));
-        if (window) put = std::max(put, rawMpi(mpi, true, local.data(), buffer.address(), bytes, reps));
+                           buffer.writeFrom(local.data(), bytes, 60s).get();
+                         }));
+        if (window)
+          put = std::max(put, rawMpi(mpi, true, local.data(), buffer.address(), bytes, reps));
       }
       int callReps = std::max(3, reps / 8);  // the slow path: fewer runs
       double call = bandwidth(bytes, callReps, [&] {
@@ -158,13 +159,18 @@ int main(int argc, char** argv) {
         if (reply.size() != bytes) throw crown::Error("short reply");
       });
       double copy = bandwidth(bytes, reps, [&] { std::memcpy(other.data(), local.data(), bytes); });
-      crown::bench::printRow(sizeName(bytes),
-                             {fixed(read), fixed(get), fixed(crown::bench::ratio(read, get)),
-                              fixed(write), fixed(put), fixed(crown::bench::ratio(write, put)),
-                              fixed(call), fixed(copy)});
-      rows.push_back({{"bytes", bytes}, {"read_gbps", read}, {"raw_get_gbps", get},
-                      {"write_gbps", write}, {"raw_put_gbps", put}, {"call_gbps", call},
-                      {"memcpy_gbps", copy}, {"read_vs_raw", crown::bench::ratio(read, get)},
+      crown::bench::printRow(
+          sizeName(bytes),
+          {fixed(read), fixed(get), fixed(crown::bench::ratio(read, get)), fixed(write), fixed(put),
+           fixed(crown::bench::ratio(write, put)), fixed(call), fixed(copy)});
+      rows.push_back({{"bytes", bytes},
+                      {"read_gbps", read},
+                      {"raw_get_gbps", get},
+                      {"write_gbps", write},
+                      {"raw_put_gbps", put},
+                      {"call_gbps", call},
+                      {"memcpy_gbps", copy},
+                      {"read_vs_raw", crown::bench::ratio(read, get)},
                       {"write_vs_raw", crown::bench::ratio(write, put)}});
       buffer.drop().get(10s);
     }
@@ -194,7 +200,8 @@ int main(int argc, char** argv) {
               << fixed(crownLat.p99) << "; the MPI service's hop alone (a no-op operation) p50 "
               << fixed(hop.p50);
     if (window) {
-      auto raw = crown::bench::summarize(rawLatencies(mpi, local.data(), small.address(), kSmall, 2000));
+      auto raw =
+          crown::bench::summarize(rawLatencies(mpi, local.data(), small.address(), kSmall, 2000));
       latency["raw_mpi_get"] = crown::bench::toJson(raw);
       std::cout << "; raw MPI_Get+flush p50 " << fixed(raw.p50) << " p99 " << fixed(raw.p99);
     }

@@ -67,8 +67,12 @@ def _memory(obj, what: str) -> Tuple[int, int, bool]:
     """(address, bytes, read_only) of obj's memory, which must be 1-D and contiguous."""
     if _is_tensor(obj):
         if obj.device.type != "cpu":
-            raise ValueError(f"{what}: a tensor on {obj.device}; this build of crown registers "
-                             "CPU memory only (copy it to the CPU first)")
+            aware = _crown.rdma_stats()["cuda_aware_mpi"]
+            raise ValueError(
+                f"{what}: a tensor on {obj.device}; crown's RDMA buffers take CPU memory only "
+                f"for now (this MPI is {'' if aware else 'not '}CUDA-aware; neither registering "
+                "GPU memory nor staging it through pinned host memory is built yet): copy it to "
+                "the CPU first")
         if obj.dim() != 1:
             raise ValueError(f"{what}: a {obj.dim()}-D tensor; it must be 1-D and contiguous "
                              "(t.view(-1) of a contiguous tensor)")

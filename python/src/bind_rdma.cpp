@@ -22,7 +22,8 @@ namespace {
 std::chrono::milliseconds toMillis(double seconds) {
   if (!(seconds > 0)) throw py::value_error("an RDMA timeout must be positive");
   // Below a millisecond still means "a deadline", not "none".
-  return std::chrono::milliseconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(seconds * 1000)));
+  return std::chrono::milliseconds(
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(seconds * 1000)));
 }
 
 class RdmaFuture {
@@ -124,6 +125,7 @@ void bindRdma(py::module_& m) {
     out["leases"] = s.leases;
     out["attached"] = s.attached;
     out["window"] = s.window;
+    out["cuda_aware_mpi"] = s.cudaAwareMpi;
     out["held"] = s.held;
     out["in_flight"] = s.inFlight;
     out["fallback_transfers"] = s.fallbackTransfers;

@@ -78,6 +78,7 @@ def one(holders, rank):
 
 def test_the_transport_is_the_one_asked_for(holders):
     assert _crown.rdma_stats()["window"] is EXPECT_WINDOW
+    assert isinstance(_crown.rdma_stats()["cuda_aware_mpi"], bool)
     assert one(holders, 1).stats.call_one().get(timeout=30)["window"] is EXPECT_WINDOW
 
 

@@ -71,6 +71,7 @@ class MpiService final : public crown::MpiService {
   std::uint64_t windowAttach(void* base, std::size_t bytes) override;
   void windowDetach(void* base) override;
   std::size_t windowAttached() const override { return attached_; }
+  bool cudaAware() const override { return cudaAware_; }
   const void* nativeWindow() const override { return hasWindow_ ? &window_ : nullptr; }
   Future<void> windowGet(Rank owner, std::uint64_t address, void* dst, std::size_t bytes,
                          std::shared_ptr<const std::atomic<bool>> stop) override;
@@ -152,12 +153,14 @@ class MpiService final : public crown::MpiService {
   std::atomic<std::uint64_t> splits_{0}, completed_{0}, failed_{0};
   std::atomic<std::size_t> draining_{0};
   std::atomic<bool> hasWindow_{false};
+  std::atomic<bool> cudaAware_{false};
   std::atomic<std::size_t> attached_{0};  // regions attached to window_
   std::atomic<std::size_t> transfersActive_{0};  // windowGet/windowPut started, not yet dropped
   Clock::time_point lastTransferEnd_{};  // the service thread's: when the last one ended
   // The service thread's own.
   MPI_Win window_ = MPI_WIN_NULL;
   MPI_Comm windowComm_ = MPI_COMM_NULL;  // the world's, for the progress probe
+  std::vector<int> pids_;                // every rank's pid (set once, in openWindow)
   std::set<void*> attachedBases_;
   std::vector<std::unique_ptr<Op>> typed_;  // typed_[i] waits on requests_[i]
   std::vector<MPI_Request> requests_;

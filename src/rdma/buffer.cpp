@@ -40,8 +40,7 @@ Future<void> Buffer::readInto(Proc& proc, void* dst, std::size_t capacity,
 Future<void> Buffer::writeFrom(Proc& proc, const void* src, std::size_t bytes,
                                std::chrono::milliseconds timeout) const {
   // The module moves bytes out of `src` only: the cast is for its one signature.
-  return detail::RdmaModule::of(proc).transfer(*this, const_cast<void*>(src), bytes, true,
-                                               timeout);
+  return detail::RdmaModule::of(proc).transfer(*this, const_cast<void*>(src), bytes, true, timeout);
 }
 
 Future<void> Buffer::drop(Proc& proc) const { return detail::RdmaModule::of(proc).drop(*this); }

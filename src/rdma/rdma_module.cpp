@@ -33,8 +33,9 @@ RdmaModule::~RdmaModule() = default;
 RdmaModule& RdmaModule::of(Proc& proc) {
   auto* module = proc.findModule<RdmaModule>();
   if (!module) {
-    throw Error("this proc has no rdma module: add crown::rdma::rdmaModule() to "
-                "Proc::Options::modules");
+    throw Error(
+        "this proc has no rdma module: add crown::rdma::rdmaModule() to "
+        "Proc::Options::modules");
   }
   return *module;
 }
@@ -219,8 +220,9 @@ void RdmaModule::finishRetired(std::unique_ptr<Region> region) {
 
 Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bool write) {
   std::lock_guard lock(mutex_);
-  auto named = [&] { return "RDMA buffer " + std::to_string(id) + " of rank " +
-                            std::to_string(proc_->rank()); };
+  auto named = [&] {
+    return "RDMA buffer " + std::to_string(id) + " of rank " + std::to_string(proc_->rank());
+  };
   auto it = regions_.find(id);
   if (it == regions_.end() || it->second.dropping) {
     std::string why = it != regions_.end() ? it->second.dropReason : "";
@@ -350,6 +352,7 @@ Stats RdmaModule::stats() const {
   }
   out.attached = mpi_ ? mpi_->windowAttached() : 0;
   out.window = windowService() != nullptr;
+  out.cudaAwareMpi = mpi_ && mpi_->cudaAware();
   out.fallbackTransfers = fallbackTransfers_;
   return out;
 }

@@ -147,7 +147,7 @@ class RdmaModule final : public Proc::Module {
   std::uint64_t nextId_ = 1;
   std::uint64_t nextLease_ = 1;
   bool stopped_ = false;
-  std::atomic<bool> stopping_{false};  // stop() began: detach in place
+  std::atomic<bool> stopping_{false};                  // stop() began: detach in place
   static inline thread_local bool detaching_ = false;  // finishRetired runs on the pool
   std::atomic<std::uint64_t> fallbackTransfers_{0};
   mutable std::mutex heldMutex_;  // held_, cached_, inFlight_ (never taken with mutex_)

@@ -54,8 +54,8 @@ struct Deadline {
   }
 };
 
-Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t bytes,
-                                  bool write, std::chrono::milliseconds timeout) {
+Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t bytes, bool write,
+                                  std::chrono::milliseconds timeout) {
   // Checked here, before anything moves (the owner checks again).
   if (!buffer.valid()) throw ConfigError("an empty RDMA buffer handle");
   if (local == nullptr) throw ConfigError("RDMA transfer to or from a null address");
@@ -67,7 +67,8 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     throw ConfigError("write_from: the source holds " + sizeText(bytes) + ", more than the " +
                       sizeText(buffer.size()) + " of " + buffer.describe());
   }
-  if (write && buffer.readOnly()) throw ConfigError("write_from: " + buffer.describe() + " is read-only");
+  if (write && buffer.readOnly())
+    throw ConfigError("write_from: " + buffer.describe() + " is read-only");
   std::size_t n = write ? bytes : buffer.size();
   if (n == 0) return Future<void>::ready({});
   if (timeout.count() <= 0) throw ConfigError("an RDMA transfer needs a positive timeout");
@@ -101,7 +102,8 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     } catch (...) {
       return user->setError(std::current_exception());  // the owner lost or stopped (DLV-1)
     }
-    if (granted.lease == 0) return user->setError(std::make_exception_ptr(BufferError(granted.error)));
+    if (granted.lease == 0)
+      return user->setError(std::make_exception_ptr(BufferError(granted.error)));
     hold(buffer, granted);
     moveBytes(buffer, granted.lease, mine, n, write, user, deadline);
   });
@@ -204,42 +206,43 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
   MpiService* mpi = windowService();
   if (!mpi) {
     if (!warnedFallback_.exchange(true)) {
-      log::get().warn("RDMA: one-sided MPI is not in use here (CROWN_RDMA_WINDOW=0, or no MPI "
-                      "window); RDMA buffers move in chunks over crown's own fabric, which is "
-                      "much slower");
+      log::get().warn(
+          "RDMA: one-sided MPI is not in use here (CROWN_RDMA_WINDOW=0, or no MPI "
+          "window); RDMA buffers move in chunks over crown's own fabric, which is "
+          "much slower");
     }
     return fallback(buffer, lease, local, bytes, write, user, deadline, release);
   }
   auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, deadline->stop)
                      : mpi->windowGet(owner, buffer.address(), local, bytes, deadline->stop);
-  moved.then([this, buffer, lease, local, bytes, write, user, deadline,
-              release](Future<void> done) {
-    // The lease goes first (the owner may detach once the last one ends),
-    // then the caller hears: its memory is free from here on.
-    std::exception_ptr failure;
-    try {
-      done.get();
-    } catch (const ProcessLost&) {
-      // SupervisionError in Python. The lease died with its owner: the end
-      // only counts the transfer out (peerLost forgets the lease).
-      failure = std::current_exception();
-    } catch (const BootstrapError& e) {
-      // MPI refused the one-sided transfer: this one goes over the fabric.
-      log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
-                      buffer.describe(), e.what());
-      return pool_->post([this, buffer, lease, local, bytes, write, user, deadline, release] {
-        fallback(buffer, lease, local, bytes, write, user, deadline, release);
+  moved.then(
+      [this, buffer, lease, local, bytes, write, user, deadline, release](Future<void> done) {
+        // The lease goes first (the owner may detach once the last one ends),
+        // then the caller hears: its memory is free from here on.
+        std::exception_ptr failure;
+        try {
+          done.get();
+        } catch (const ProcessLost&) {
+          // SupervisionError in Python. The lease died with its owner: the end
+          // only counts the transfer out (peerLost forgets the lease).
+          failure = std::current_exception();
+        } catch (const BootstrapError& e) {
+          // MPI refused the one-sided transfer: this one goes over the fabric.
+          log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
+                          buffer.describe(), e.what());
+          return pool_->post([this, buffer, lease, local, bytes, write, user, deadline, release] {
+            fallback(buffer, lease, local, bytes, write, user, deadline, release);
+          });
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        release();
+        deadline->finish(*user, failure);
       });
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    release();
-    deadline->finish(*user, failure);
-  });
 }
 
-void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local,
-                          std::size_t bytes, bool write, std::shared_ptr<UserState> user,
+void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
+                          bool write, std::shared_ptr<UserState> user,
                           std::shared_ptr<Deadline> deadline, std::function<void()> release) {
   ++fallbackTransfers_;
   // One chunk at a time, each a request to the owner's agent under the
@@ -272,8 +275,9 @@ void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local
     };
     if (write) {
       WriteChunk chunk{lease, offset, std::string(local + offset, n)};
-      proc_->request<void>(agent, chunk).then(
-          [next](Future<void> reply) { next(reply, [](Future<void>& f) { f.get(); }); });
+      proc_->request<void>(agent, chunk).then([next](Future<void> reply) {
+        next(reply, [](Future<void>& f) { f.get(); });
+      });
     } else {
       proc_->request<std::string>(agent, ReadChunk{lease, offset, n})
           .then([next, local, offset, n](Future<std::string> reply) {

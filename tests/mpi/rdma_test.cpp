@@ -69,7 +69,7 @@ void stopActor(const ActorId& id) {
 
 RdmaStats statsHere() {
   auto s = rdma::stats(Proc::current());
-  return RdmaStats{s.registered, s.leases, s.attached, s.fallbackTransfers,
+  return RdmaStats{s.registered, s.leases,   s.attached, s.fallbackTransfers,
                    s.held,       s.inFlight, s.window};
 }
 
@@ -96,6 +96,11 @@ class Holder : public Actor {
     });
     handle<DropOwn>([this](const DropOwn&) { buffer_.drop().get(10s); });
     handle<AskStats>([](const AskStats&) { return statsHere(); });
+  }
+  // memory_ goes with the actor: its registration must end first, and any
+  // transfer from it with it (buffer.h).
+  ~Holder() override {
+    if (buffer_.valid()) buffer_.dropBecause("dropped when its owner actor stopped").get(10s);
   }
 
  private:

@@ -202,6 +202,9 @@ class MpiService {
   /// MPI_Win_detach of memory attached at `base`. Only after every transfer
   /// that may touch it has ended (the rdma layer's leases keep that).
   virtual void windowDetach(void* /*base*/) {}
+  /// True when this MPI says it can move GPU memory itself (CUDA-aware MPI,
+  /// asked at bootstrap with Open MPI's MPIX_Query_cuda_support).
+  virtual bool cudaAware() const { return false; }
   /// Regions attached now (for tests: none is left behind).
   virtual std::size_t windowAttached() const { return 0; }
   /// The MPI_Win behind the window, as a pointer to it (like nativeComm: cast

@@ -42,8 +42,10 @@ class Buffer {
   /// Registers `bytes` bytes at `data` with this thread's proc
   /// (Proc::current()); the running actor, if any, owns it, and its
   /// stopping drops it. `readOnly`: writeFrom is refused. The memory must
-  /// stay valid until drop()'s future completes. Throws ConfigError for 0
-  /// bytes or a null pointer.
+  /// stay valid until drop()'s future completes: an actor that registers
+  /// its own members and lets its stopping drop them must drop() them and
+  /// wait in its destructor (a transfer may still be running as it stops).
+  /// Throws ConfigError for 0 bytes or a null pointer.
   static Buffer registerMemory(void* data, std::size_t bytes, bool readOnly = false);
   static Buffer registerMemory(Proc& proc, void* data, std::size_t bytes, bool readOnly = false);
 
@@ -91,7 +93,11 @@ class Buffer {
   /// For the rdma module and for decoding.
   Buffer(Rank owner, std::uint64_t ownerActor, std::uint64_t address, std::uint64_t bytes,
          std::uint64_t id, bool readOnly)
-      : owner_(owner), ownerActor_(ownerActor), address_(address), bytes_(bytes), id_(id),
+      : owner_(owner),
+        ownerActor_(ownerActor),
+        address_(address),
+        bytes_(bytes),
+        id_(id),
         readOnly_(readOnly) {}
 
  private:
@@ -111,6 +117,7 @@ struct Stats {
   std::size_t inFlight = 0;    ///< reader side: transfers started here and not yet ended
   std::size_t attached = 0;    ///< regions attached to the MPI window (the whole process)
   bool window = false;         ///< one-sided MPI is in use (false: the fabric fallback)
+  bool cudaAwareMpi = false;   ///< MPI can move GPU memory (registering it is not built yet)
   std::uint64_t fallbackTransfers = 0;  ///< transfers made over crown's fabric
 };
 Stats stats(Proc& proc);
