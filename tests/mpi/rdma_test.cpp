@@ -140,6 +140,8 @@ class RdmaTest : public ::testing::Test {
 };
 
 TEST_F(RdmaTest, UsesTheTransportItWasToldTo) {
+  std::cout << "rdma test: " << controller()->size() << " ranks on "
+            << controller()->topology().hostCount << " host(s)" << std::endl;
   EXPECT_EQ(statsHere().window, expectWindow());
   EXPECT_EQ(holders_[1].call<RdmaStats>(AskStats{}).get(10s).window, expectWindow());
 }

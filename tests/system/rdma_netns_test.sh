@@ -65,6 +65,7 @@ launch() {  # launch RANKS PROGRAM...: on the namespace hosts, one-sided MPI ove
 echo "== mpi.rdma on 3 hosts, one rank each, osc pt2pt over TCP"
 launch 3 "$program" 2>&1 | tee "$work/out.log"
 grep -q "crown-test: PASS" "$work/out.log" || { echo "FAIL: the RDMA tests failed across hosts"; exit 1; }
+grep -q "rdma test: 3 ranks on 3 host(s)" "$work/out.log" || { echo "FAIL: the ranks were not on 3 hosts"; exit 1; }
 if [[ -n "$bench" ]]; then
   echo "== rdma_bench between two hosts (reported, no goal)"
   launch 2 "$bench" "$work/rdma_hosts.json" 2>&1 | tee "$work/bench.log"
