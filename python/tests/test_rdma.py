@@ -59,6 +59,10 @@ class Holder(Actor):
         self.buffers[name].drop().get(timeout=10)
 
     @endpoint
+    def publish_and_forget(self, n):
+        return RDMABuffer(torch.ones(n, dtype=torch.uint8))  # nobody keeps it
+
+    @endpoint
     def stats(self):
         return _crown.rdma_stats()
 
@@ -159,6 +163,14 @@ def test_a_dropped_buffer_fails_clearly(holders):
     with pytest.raises(RDMAError, match="was dropped"):
         handle.write_from(into).get(timeout=30)
     assert one(holders, 1).stats.call_one().get(timeout=30)["in_flight"] == 0
+
+
+def test_a_buffer_collected_without_drop_is_dropped_not_read(holders):
+    handle = one(holders, 1).publish_and_forget.call_one(1 << 16).get(timeout=30)
+    into = np.full(1 << 16, 7, dtype=np.uint8)
+    with pytest.raises(RDMAError, match="garbage-collected"):
+        handle.read_into(into).get(timeout=30)
+    assert (into == 7).all()
 
 
 def test_a_buffer_of_a_stopped_actor_is_dropped_with_it():
