@@ -13,4 +13,5 @@
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
 #include "crown/mesh/value_mesh.h"
+#include "crown/rdma/buffer.h"
 #include "crown/config.h"

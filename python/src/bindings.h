@@ -12,5 +12,6 @@ void bindActor(pybind11::module_& m);
 void bindReduce(pybind11::module_& m);
 void bindPayload(pybind11::module_& m);  // py_payload.h
 void bindTensor(pybind11::module_& m);
+void bindRdma(pybind11::module_& m);
 
 }  // namespace crown::python

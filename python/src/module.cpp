@@ -10,4 +10,5 @@ PYBIND11_MODULE(_crown, m) {
   crown::python::bindActor(m);
   crown::python::bindReduce(m);
   crown::python::bindTensor(m);
+  crown::python::bindRdma(m);
 }

@@ -23,6 +23,8 @@ constexpr auto kMaxPause = 80us;
 // How long a cancelled point-to-point request is polled before it is
 // handed to MPI_Request_free (Open MPI may never complete a cancelled send).
 constexpr auto kCancelGrace = 1s;
+// How long the loop stays awake after a one-sided transfer ended.
+constexpr auto kTransferLinger = 500us;
 
 }  // namespace
 
@@ -179,9 +181,18 @@ void MpiService::loop() {
       auto work = [this] {
         return stopping_ || !tasks_.empty() || !incoming_.empty() || !abandons_.empty();
       };
-      if (typed_.empty() && generic_.empty()) {
+      // While memory is attached to the RMA window, peers may be reading or
+      // writing it: over TCP (osc pt2pt) that progresses here only while this
+      // thread is inside MPI, so the loop keeps polling (with its back-off).
+      bool exposed = attached_ > 0;
+      if (typed_.empty() && generic_.empty() && !exposed) {
         wake_.wait(lock, work);  // nothing in flight: sleep, burn no core
-      } else if (idle > kSpinPasses) {
+      } else if (idle > kSpinPasses && transfersActive_ == 0 &&
+                 Clock::now() - lastTransferEnd_ > kTransferLinger) {
+        // (While a one-sided transfer is in flight, and for kTransferLinger
+        // after one ended, the loop only yields: a pause would add up to
+        // kMaxPause to each transfer's start or end, which for a 1 MiB read
+        // is a third of its time, and transfers come in runs.)
         auto pause = std::min<std::chrono::microseconds>(
             kMaxPause, kMinPause * (1 << std::min(idle - kSpinPasses, 4)));
         wake_.wait_for(lock, pause, work);
@@ -195,6 +206,10 @@ void MpiService::loop() {
     for (Rank peer : abandons) applyAbandon(peer);
     for (auto& op : incoming) startOp(std::move(op));
     bool moved = progress();
+    if (attached_ > 0 && window_ != MPI_WIN_NULL) {
+      int flag = 0;  // any MPI call progresses the target side of one-sided MPI
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, windowComm_, &flag, MPI_STATUS_IGNORE);
+    }
     if (moved || !tasks.empty() || !incoming.empty() || !abandons.empty()) {
       idle = 0;
     } else if (++idle <= kSpinPasses) {
@@ -353,6 +368,7 @@ void MpiService::finalize(std::function<void()> step) {
     requests_.clear();
     generic_.clear();
     draining_ = 0;
+    closeWindow();  // collective, like MPI_Finalize: every rank is here
     std::deque<CommInfo> comms;
     {
       std::lock_guard lock(mutex_);

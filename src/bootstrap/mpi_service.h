@@ -4,6 +4,7 @@
 //   mpi_service.cpp  the thread, its queues and the progress loop (MPI_Testsome,
 //                    back-off, abandonment of a lost peer's operations)
 //   mpi_ops.cpp      the typed operations and the communicators (commAlong)
+//   mpi_window.cpp   the world's dynamic RMA window, attach/detach, chunked Rget/Rput
 // Queues and the pending table are shared under mutex_; everything else
 // (the active operations, the MPI_Comm handles) belongs to the service thread.
 #pragma once
@@ -21,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +43,10 @@ class MpiService final : public crown::MpiService {
   /// then runs `step` (MPI_Finalize) on the service thread; later operations
   /// fail at once. Rethrows what `step` throws.
   void finalize(std::function<void()> step);
+  /// At bootstrap, after adoptWorld, on every rank (collective): makes the
+  /// world's dynamic window under MPI_Win_lock_all, unless `wanted` is false
+  /// (CROWN_RDMA_WINDOW=0). Every rank ends with a window, or none does.
+  void openWindow(bool wanted);
 
   void call(std::function<void()> fn) override;
   Future<void> submit(std::string what, Start start, std::vector<Rank> peers) override;
@@ -61,6 +67,16 @@ class MpiService final : public crown::MpiService {
   std::vector<Rank> commMembers(Comm comm) const override;
   const void* nativeComm(Comm comm) const override;
   void abandonPeer(Rank peer, std::string reason) override;
+  bool hasWindow() const override { return hasWindow_; }
+  std::uint64_t windowAttach(void* base, std::size_t bytes) override;
+  void windowDetach(void* base) override;
+  std::size_t windowAttached() const override { return attached_; }
+  bool cudaAware() const override { return cudaAware_; }
+  const void* nativeWindow() const override { return hasWindow_ ? &window_ : nullptr; }
+  Future<void> windowGet(Rank owner, std::uint64_t address, void* dst, std::size_t bytes,
+                         std::shared_ptr<const std::atomic<bool>> stop) override;
+  Future<void> windowPut(Rank owner, std::uint64_t address, const void* src, std::size_t bytes,
+                         std::shared_ptr<const std::atomic<bool>> stop) override;
   std::thread::id threadId() const override { return threadId_; }
   Stats stats() const override;
 
@@ -111,6 +127,10 @@ class MpiService final : public crown::MpiService {
   void complete(std::uint64_t id, const std::function<void()>& fill);
   void fail(std::uint64_t id, std::exception_ptr error);
   void failEverything(const std::string& why);
+  // windowGet and windowPut: one generic operation of chunked MPI_Rget/MPI_Rput.
+  Future<void> transfer(std::string what, Rank owner, std::uint64_t address, char* local,
+                        std::size_t bytes, bool put, std::shared_ptr<const std::atomic<bool>> stop);
+  void closeWindow();  // in finalize, on the service thread
 
   std::thread::id threadId_;
   mutable std::mutex mutex_;
@@ -132,7 +152,16 @@ class MpiService final : public crown::MpiService {
   bool stopping_ = false;
   std::atomic<std::uint64_t> splits_{0}, completed_{0}, failed_{0};
   std::atomic<std::size_t> draining_{0};
+  std::atomic<bool> hasWindow_{false};
+  std::atomic<bool> cudaAware_{false};
+  std::atomic<std::size_t> attached_{0};  // regions attached to window_
+  std::atomic<std::size_t> transfersActive_{0};  // windowGet/windowPut started, not yet dropped
+  Clock::time_point lastTransferEnd_{};  // the service thread's: when the last one ended
   // The service thread's own.
+  MPI_Win window_ = MPI_WIN_NULL;
+  MPI_Comm windowComm_ = MPI_COMM_NULL;  // the world's, for the progress probe
+  std::vector<int> pids_;                // every rank's pid (set once, in openWindow)
+  std::set<void*> attachedBases_;
   std::vector<std::unique_ptr<Op>> typed_;  // typed_[i] waits on requests_[i]
   std::vector<MPI_Request> requests_;
   std::vector<std::unique_ptr<Op>> generic_;

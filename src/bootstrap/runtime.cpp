@@ -19,6 +19,7 @@
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/mesh/module.h"
+#include "crown/rdma/module.h"
 #include "crown/transport/transport.h"
 
 namespace crown {
@@ -250,6 +251,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   self.addresses_ = transport::decodeAddresses(peers[topo.rank]);
   // From here on MPI is reached through the service's operations too.
   self.mpi_->service->adoptWorld(self.mpi_->comm, topo.hostNames);
+  // The RDMA window, collectively, while every rank is still in step.
+  self.mpi_->service->openWindow(env::integer("CROWN_RDMA_WINDOW", 1, 0, 1) != 0);
 
   // The modules of every rank's Proc, in the same order on every rank.
   Proc::Options procOptions{topo.rank,
@@ -257,7 +260,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
                             std::make_shared<const std::vector<std::string>>(topo.hostNames),
                             pool,
                             /*stopsPool=*/true,
-                            {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule()},
+                            {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule(),
+                             rdma::rdmaModule(pool)},
                             self.mpi_->service};
   transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as self
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));

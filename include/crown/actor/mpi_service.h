@@ -16,9 +16,11 @@
 // their continuations short, and never wait on MPI work in them.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -179,6 +181,57 @@ class MpiService {
   /// MPI_Comm* in a source file that includes mpi.h, and use it on the service
   /// thread only (in submit's Start and Poll). Valid until MPI is finalised.
   virtual const void* nativeComm(Comm comm) const = 0;
+
+  // One-sided memory (RMA) for the rdma layer: the world's dynamic window
+  // (MPI_Win_create_dynamic over Comm::world(), made collectively at
+  // bootstrap, under one passive-target MPI_Win_lock_all for its whole life).
+  // Memory is attached and detached locally, on the service thread; a peer
+  // reads and writes it with MPI_Rget/MPI_Rput posted on its own service
+  // thread. While anything is attached, the service thread keeps calling MPI
+  // (MPI_Iprobe) even when it has nothing else in flight: one-sided MPI over
+  // TCP (osc pt2pt) progresses at the target only inside MPI calls.
+
+  /// True when the world has a window (false: CROWN_RDMA_WINDOW=0, or MPI
+  /// could not make one on some rank; the rdma layer then uses its fallback).
+  virtual bool hasWindow() const { return false; }
+  /// MPI_Win_attach of [base, base + bytes); returns the address a peer
+  /// names it by (MPI_Get_address). Throws BootstrapError when MPI refuses.
+  virtual std::uint64_t windowAttach(void* /*base*/, std::size_t /*bytes*/) {
+    throw Error("this MPI service has no window");
+  }
+  /// MPI_Win_detach of memory attached at `base`. Only after every transfer
+  /// that may touch it has ended (the rdma layer's leases keep that).
+  virtual void windowDetach(void* /*base*/) {}
+  /// True when this MPI says it can move GPU memory itself (CUDA-aware MPI,
+  /// asked at bootstrap with Open MPI's MPIX_Query_cuda_support).
+  virtual bool cudaAware() const { return false; }
+  /// Regions attached now (for tests: none is left behind).
+  virtual std::size_t windowAttached() const { return 0; }
+  /// The MPI_Win behind the window, as a pointer to it (like nativeComm: cast
+  /// to const MPI_Win*, use on the service thread only); null when there is none.
+  /// For benchmarks that measure raw MPI on the same window.
+  virtual const void* nativeWindow() const { return nullptr; }
+  /// MPI_Rget of `bytes` bytes at `address` of world rank `owner` into `dst`,
+  /// in chunks of at most CROWN_RDMA_CHUNK_BYTES, a few in flight at a time
+  /// (so other operations interleave with a large one). Once `*stop` is set,
+  /// no further chunk is posted and the future completes when those in flight
+  /// have (its outcome is then not to be trusted). Fails with ProcessLost when
+  /// `owner` is lost, with BootstrapError on an MPI error.
+  virtual Future<void> windowGet(Rank owner, std::uint64_t /*address*/, void* /*dst*/,
+                                 std::size_t /*bytes*/,
+                                 std::shared_ptr<const std::atomic<bool>> /*stop*/) {
+    return Future<void>::failed(std::make_exception_ptr(
+        Error("MPI_Rget from rank " + std::to_string(owner) + ": this MPI service has no window")));
+  }
+  /// MPI_Rput of `bytes` bytes from `src` to `address` of `owner`, chunked
+  /// like windowGet; complete once MPI says the data is at the target
+  /// (MPI_Win_flush after the last chunk).
+  virtual Future<void> windowPut(Rank owner, std::uint64_t /*address*/, const void* /*src*/,
+                                 std::size_t /*bytes*/,
+                                 std::shared_ptr<const std::atomic<bool>> /*stop*/) {
+    return Future<void>::failed(std::make_exception_ptr(
+        Error("MPI_Rput to rank " + std::to_string(owner) + ": this MPI service has no window")));
+  }
 
   /// World rank `peer` is lost (or blocked for good): every pending
   /// operation that involves it fails at once with ProcessLost, later ones

@@ -1,0 +1,136 @@
+// RDMA buffers (crown::rdma, include/crown/rdma/buffer.h) for crown.rdma:
+// a handle registered from an address and a size (the Python side finds
+// them in a tensor, an array or a memoryview and keeps that object alive),
+// transfers that return a future, and the handle's fields for pickling.
+// Every call that may wait releases the GIL. BufferError becomes
+// crown.rdma.RDMAError; the other errors map as bind_errors.cpp says
+// (ConfigError -> ValueError, Timeout -> TimeoutError, ProcessLost ->
+// SupervisionError).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "bindings.h"
+#include "crown/rdma/buffer.h"
+
+namespace py = pybind11;
+
+namespace crown::python {
+namespace {
+
+std::chrono::milliseconds toMillis(double seconds) {
+  if (!(seconds > 0)) throw py::value_error("an RDMA timeout must be positive");
+  // Below a millisecond still means "a deadline", not "none".
+  return std::chrono::milliseconds(
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(seconds * 1000)));
+}
+
+class RdmaFuture {
+ public:
+  explicit RdmaFuture(Future<void> future) : future_(std::move(future)) {}
+  void get(std::optional<double> timeout) {
+    py::gil_scoped_release release;
+    if (timeout) {
+      future_.get(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000)));
+    } else {
+      future_.get();
+    }
+  }
+  bool done() const { return future_.isReady(); }
+
+ private:
+  Future<void> future_;
+};
+
+using rdma::Buffer;
+
+}  // namespace
+
+void bindRdma(py::module_& m) {
+  static py::handle rdmaError = [&] {
+    py::object base = m.attr("CrownError");
+    py::object type = py::reinterpret_steal<py::object>(
+        PyErr_NewException("crown._crown.RDMAError", base.ptr(), nullptr));
+    m.attr("RDMAError") = type;
+    return type.release();
+  }();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const rdma::BufferError& e) {
+      PyErr_SetString(rdmaError.ptr(), e.what());
+    }
+  });
+
+  py::class_<RdmaFuture>(m, "RdmaFuture")
+      .def("get", &RdmaFuture::get, py::arg("timeout") = py::none())
+      .def("done", &RdmaFuture::done);
+
+  py::class_<Buffer>(m, "RdmaHandle")
+      .def(py::init([](std::uintptr_t address, std::size_t bytes, bool readOnly) {
+             py::gil_scoped_release release;  // the attach waits for the MPI service thread
+             return Buffer::registerMemory(reinterpret_cast<void*>(address), bytes, readOnly);
+           }),
+           py::arg("address"), py::arg("size"), py::arg("read_only") = false)
+      .def_property_readonly("owner", &Buffer::owner)
+      .def_property_readonly("owner_actor", &Buffer::ownerActor)
+      .def_property_readonly("address", &Buffer::address)
+      .def_property_readonly("size", &Buffer::size)
+      .def_property_readonly("id", &Buffer::id)
+      .def_property_readonly("read_only", &Buffer::readOnly)
+      .def("describe", &Buffer::describe)
+      .def(
+          "read_into",
+          [](const Buffer& b, std::uintptr_t address, std::size_t capacity, double timeout) {
+            auto ms = toMillis(timeout);
+            py::gil_scoped_release release;
+            return RdmaFuture(b.readInto(reinterpret_cast<void*>(address), capacity, ms));
+          },
+          py::arg("address"), py::arg("capacity"), py::arg("timeout"))
+      .def(
+          "write_from",
+          [](const Buffer& b, std::uintptr_t address, std::size_t bytes, double timeout) {
+            auto ms = toMillis(timeout);
+            py::gil_scoped_release release;
+            return RdmaFuture(b.writeFrom(reinterpret_cast<const void*>(address), bytes, ms));
+          },
+          py::arg("address"), py::arg("size"), py::arg("timeout"))
+      .def("drop",
+           [](const Buffer& b) {
+             py::gil_scoped_release release;
+             return RdmaFuture(b.drop());
+           })
+      .def("drop_because",
+           [](const Buffer& b, const std::string& why) {
+             py::gil_scoped_release release;
+             return RdmaFuture(b.dropBecause(why));
+           })
+      // Pickling: the handle's fields (owner, owner actor, address, size, id,
+      // read-only), never the memory.
+      .def("fields",
+           [](const Buffer& b) {
+             return py::make_tuple(b.owner(), b.ownerActor(), b.address(), b.size(), b.id(),
+                                   b.readOnly());
+           })
+      .def_static("from_fields", [](Rank owner, std::uint64_t actor, std::uint64_t address,
+                                    std::uint64_t bytes, std::uint64_t id, bool readOnly) {
+        return Buffer(owner, actor, address, bytes, id, readOnly);
+      });
+
+  m.def("rdma_stats", [] {
+    rdma::Stats s = rdma::stats(Proc::current());
+    py::dict out;
+    out["registered"] = s.registered;
+    out["leases"] = s.leases;
+    out["attached"] = s.attached;
+    out["window"] = s.window;
+    out["cuda_aware_mpi"] = s.cudaAwareMpi;
+    out["held"] = s.held;
+    out["in_flight"] = s.inFlight;
+    out["fallback_transfers"] = s.fallbackTransfers;
+    return out;
+  });
+}
+
+}  // namespace crown::python

@@ -1,0 +1,87 @@
+// What readers and the owner's rdma agent say to each other (rdma_module.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "crown/common/error.h"
+#include "crown/wire/serialize.h"
+
+namespace crown::rdma::detail {
+
+/// Reader -> owner: may a transfer of `bytes` bytes start on registration `id`?
+struct Acquire {
+  std::uint64_t id = 0;
+  std::uint64_t bytes = 0;
+  bool write = false;
+  Rank reader = 0;  // whose loss ends the lease
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& id& bytes& write& reader;
+  }
+};
+
+/// Owner -> reader: the lease (until Release the registration stays
+/// attached; the reader keeps it for later transfers until Revoke), or why not.
+struct Grant {
+  std::uint64_t lease = 0;  // 0: refused
+  std::uint64_t bytes = 0;  // the registration's size: what the lease covers
+  bool writable = false;
+  std::string error;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease& bytes& writable& error;
+  }
+};
+
+/// Owner -> reader, one way: the registration under `lease` is being
+/// dropped; start nothing more under it, and Release it once the transfers
+/// under it have ended.
+struct Revoke {
+  std::uint64_t lease = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease;
+  }
+};
+
+/// Reader -> owner, one way: the transfer under `lease` has ended (MPI let go
+/// of every byte of it).
+struct Release {
+  std::uint64_t lease = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease;
+  }
+};
+
+/// Anyone -> owner: end registration `id` (its detach waits for its leases).
+struct DropRegion {
+  std::uint64_t id = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& id;
+  }
+};
+
+/// The fallback: one chunk read or written over crown's fabric, under a lease.
+struct ReadChunk {
+  std::uint64_t lease = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease& offset& bytes;
+  }
+};
+struct WriteChunk {
+  std::uint64_t lease = 0;
+  std::uint64_t offset = 0;
+  std::string data;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease& offset& data;
+  }
+};
+
+}  // namespace crown::rdma::detail

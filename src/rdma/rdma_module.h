@@ -1,0 +1,160 @@
+// RdmaModule: the rdma layer on one Proc. Two roles:
+//
+// Owner side (rdma_module.cpp): the registrations of this proc's memory and
+// the rdma agent (a raw agent at the same system id on every proc) that
+// guards them. A transfer may start only under a lease that the agent grants after
+// checking the registration id (alive, not being dropped, the transfer fits,
+// writes allowed); a registration is detached from the MPI window only when
+// its last lease has ended (a drop revokes the leases readers hold, and
+// waits for their Release), so a dropped buffer can never be read or written
+// (why a lease and not a check word in the window: docs/rdma.md). Leases of
+// a reader that is lost end with it (peerLost); registrations of an actor
+// that stops are dropped with it (actorStopped), and all of them when the
+// proc stops.
+//
+// Reader side (transfer.cpp): a lease (acquired on the first transfer of a
+// buffer, then held and reused by later transfers of it, so the steady state
+// sends no message at all), the bytes moved (the MPI window; a memcpy when
+// the owner is this proc; chunks over crown's fabric where there is no
+// window), with the transfer's deadline kept on the pool. A held lease ends
+// when the owner revokes it (the buffer is being dropped) and no transfer
+// under it is running: then the reader releases it, and the owner detaches.
+//
+// Thread-safe: regions and leases under mutex_.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "crown/actor/module.h"
+#include "crown/actor/mpi_service.h"
+#include "crown/rdma/buffer.h"
+
+namespace crown::rdma::detail {
+
+struct Grant;
+struct Deadline;  // transfer.cpp
+
+class RdmaModule final : public Proc::Module {
+ public:
+  explicit RdmaModule(std::shared_ptr<Executor> pool);
+  ~RdmaModule() override;
+  /// The module of `proc`; throws crown::Error when it has none.
+  static RdmaModule& of(Proc& proc);
+
+  void install(Proc& proc, SystemIds& ids) override;
+  void stop() override;
+  void peerLost(Rank peer, const std::string& reason) override;
+  void actorStopped(std::uint64_t local) override;
+
+  // Owner side (rdma_module.cpp).
+  Buffer registerMemory(void* data, std::size_t bytes, bool readOnly);
+  /// Ends registration `id`; the future completes once it is detached.
+  Future<void> dropLocal(std::uint64_t id, const std::string& why);
+  Grant acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bool write);
+  void release(std::uint64_t lease);
+  /// The memory behind a live lease (for the fallback's chunks and for a
+  /// reader on the owner's own proc); throws BufferError when it is not one.
+  char* leased(std::uint64_t lease, std::uint64_t offset, std::uint64_t bytes);
+
+  // Reader side (transfer.cpp).
+  Future<void> transfer(const Buffer& buffer, void* local, std::size_t bytes, bool write,
+                        std::chrono::milliseconds timeout);
+  Future<void> drop(const Buffer& buffer);
+
+  /// Reader side: the owner revoked `lease` (its registration is being dropped).
+  void revoked(Rank owner, std::uint64_t lease);
+
+  Stats stats() const;
+  /// The rdma agent (a raw agent): requests from readers.
+  void onMessage(wire::Envelope envelope, wire::Bytes bytes);
+  Proc& proc() const { return *proc_; }
+  std::uint64_t agentId() const { return agent_; }
+
+ private:
+  struct Region {
+    char* base = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t address = 0;
+    std::uint64_t ownerActor = 0;
+    bool readOnly = false;
+    bool attached = false;  // to the MPI window
+    std::size_t leases = 0;
+    bool dropping = false;
+    std::string dropReason;
+    std::vector<std::shared_ptr<crown::detail::FutureState<void>>> dropped;
+  };
+  struct Lease {
+    Rank reader = 0;
+    std::uint64_t region = 0;
+  };
+
+  // Under mutex_: takes `region` out of the table once its leases have
+  // ended; returns what to finish outside the lock (detach, futures).
+  std::unique_ptr<Region> retireIfIdle(std::uint64_t id);
+  void finishRetired(std::unique_ptr<Region> region);
+  void remember(std::uint64_t id, std::string why);  // under mutex_: why an id is gone
+  MpiService* windowService() const;  // the MPI service when it has a window, else null
+
+  // Reader side (transfer.cpp): the leases this proc holds.
+  struct Held {
+    std::uint64_t region = 0;
+    std::uint64_t bytes = 0;
+    bool writable = false;
+    std::size_t inFlight = 0;  // transfers under it not yet ended
+    bool revoked = false;
+    bool cached = false;  // the one later transfers of its buffer reuse
+  };
+  using LeaseKey = std::pair<Rank, std::uint64_t>;  // (owner, lease): lease ids are the owner's
+  /// A held lease that covers the transfer, its inFlight counted; 0: none.
+  std::uint64_t reuse(const Buffer& buffer, std::size_t bytes, bool write);
+  /// A lease just granted, held with one transfer under it.
+  void hold(const Buffer& buffer, const Grant& grant);
+  /// A transfer under `lease` ended: releases the lease when it was revoked meanwhile.
+  void endTransfer(Rank owner, std::uint64_t lease);
+  void sendRelease(Rank owner, std::uint64_t lease);
+  void sendRevoke(Rank reader, std::uint64_t lease);
+
+  // Reader side helpers (transfer.cpp).
+  void moveBytes(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
+                 bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
+                 std::shared_ptr<Deadline> deadline);
+  void fallback(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
+                bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
+                std::shared_ptr<Deadline> deadline, std::function<void()> release);
+
+  std::shared_ptr<Executor> pool_;
+  Proc* proc_ = nullptr;
+  MpiService* mpi_ = nullptr;  // null where the proc has none (simulated procs)
+  std::uint64_t agent_ = 0;
+  bool windowWanted_ = true;
+
+  std::mutex attachMutex_;  // attachments_ (taken before mutex_, never inside it)
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint64_t, Region> regions_;
+  std::unordered_map<std::uint64_t, Lease> leases_;
+  std::unordered_map<std::uint64_t, std::string> gone_;  // why recent ids went (bounded)
+  std::deque<std::uint64_t> goneOrder_;
+  // MPI may refuse memory attached twice: registrations of the same bytes
+  // share one attachment, counted. (base, bytes) -> (address, count).
+  std::map<std::pair<char*, std::size_t>, std::pair<std::uint64_t, int>> attachments_;
+  std::uint64_t nextId_ = 1;
+  std::uint64_t nextLease_ = 1;
+  bool stopped_ = false;
+  std::atomic<bool> stopping_{false};                  // stop() began: detach in place
+  static inline thread_local bool detaching_ = false;  // finishRetired runs on the pool
+  std::atomic<std::uint64_t> fallbackTransfers_{0};
+  mutable std::mutex heldMutex_;  // held_, cached_, inFlight_ (never taken with mutex_)
+  std::map<LeaseKey, Held> held_;
+  std::map<std::pair<Rank, std::uint64_t>, std::uint64_t> cached_;  // (owner, region id) -> lease
+  std::size_t inFlight_ = 0;
+  std::atomic<bool> warnedFallback_{false};
+};
+
+}  // namespace crown::rdma::detail

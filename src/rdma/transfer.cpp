@@ -1,0 +1,302 @@
+// The reader side of the rdma module (rdma_module.h): a transfer asks the
+// owner for a lease, moves the bytes, then releases the lease. The bytes
+// move over the MPI window (MPI_Rget/MPI_Rput on the service thread, THR-1),
+// by memcpy when the owner is this proc, or in chunks over crown's own
+// fabric where one-sided MPI is not available or fails (the fallback).
+//
+// Threads: the grant's continuation runs on the pool thread that read the
+// reply; the window's on the MPI service thread, which must never wait, so
+// the Release (a send, which may wait on flow control) is posted to the pool.
+#include <cstring>
+
+#include "crown/common/env.h"
+#include "crown/common/log.h"
+#include "rdma/messages.h"
+#include "rdma/rdma_module.h"
+
+namespace crown::rdma::detail {
+namespace {
+
+using UserState = crown::detail::FutureState<void>;
+
+std::size_t fallbackChunk() {
+  static const std::size_t bytes = static_cast<std::size_t>(
+      env::integer("CROWN_RDMA_FALLBACK_CHUNK_BYTES", 1 << 20, 1024, 64 << 20));
+  return bytes;
+}
+
+std::string sizeText(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
+
+}  // namespace
+
+// A transfer's deadline. The future completes only once MPI (or the
+// fallback) has let go of the caller's memory, so that memory may be freed
+// as soon as the future is done, even after a timeout: a deadline that
+// passes before any byte moves fails the future at once; one that passes
+// while chunks are in flight stops further chunks, and the future fails
+// with the Timeout when those in flight have landed (a few chunks' time).
+struct Deadline {
+  enum Phase { kAcquiring, kMoving, kExpired };
+  std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<int> phase{kAcquiring};
+  std::exception_ptr error;  // the Timeout, made up front
+
+  /// Moving begins; false when the deadline passed first (end the transfer).
+  bool begin() {
+    int acquiring = kAcquiring;
+    return phase.compare_exchange_strong(acquiring, kMoving) || phase == kMoving;
+  }
+  /// The transfer has let go of the memory: its outcome.
+  void finish(UserState& user, std::exception_ptr failure) const {
+    if (failure) return user.setError(std::move(failure));
+    if (stop->load()) return user.setError(error);  // stopped early: not every byte moved
+    user.setValue({});
+  }
+};
+
+Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t bytes, bool write,
+                                  std::chrono::milliseconds timeout) {
+  // Checked here, before anything moves (the owner checks again).
+  if (!buffer.valid()) throw ConfigError("an empty RDMA buffer handle");
+  if (local == nullptr) throw ConfigError("RDMA transfer to or from a null address");
+  if (!write && bytes < buffer.size()) {
+    throw ConfigError("read_into: the destination holds " + sizeText(bytes) + ", fewer than the " +
+                      sizeText(buffer.size()) + " of " + buffer.describe());
+  }
+  if (write && bytes > buffer.size()) {
+    throw ConfigError("write_from: the source holds " + sizeText(bytes) + ", more than the " +
+                      sizeText(buffer.size()) + " of " + buffer.describe());
+  }
+  if (write && buffer.readOnly())
+    throw ConfigError("write_from: " + buffer.describe() + " is read-only");
+  std::size_t n = write ? bytes : buffer.size();
+  if (n == 0) return Future<void>::ready({});
+  if (timeout.count() <= 0) throw ConfigError("an RDMA transfer needs a positive timeout");
+
+  auto user = std::make_shared<UserState>();
+  auto deadline = std::make_shared<Deadline>();
+  std::string what = std::string(write ? "write_from " : "read_into ") + buffer.describe();
+  deadline->error = std::make_exception_ptr(
+      Timeout(what + ": not done within " + std::to_string(timeout.count()) + " ms"));
+  pool_->after(timeout, [user, deadline] {
+    if (user->ready()) return;
+    deadline->stop->store(true);  // no new chunk; the buffer stays usable
+    int acquiring = Deadline::kAcquiring;
+    if (deadline->phase.compare_exchange_strong(acquiring, Deadline::kExpired)) {
+      user->setError(deadline->error);  // nothing moves yet: fail now
+    }
+  });
+  char* mine = static_cast<char*>(local);
+  // The steady state: a lease held from an earlier transfer of this buffer,
+  // no message at all.
+  if (std::uint64_t lease = reuse(buffer, n, write)) {
+    moveBytes(buffer, lease, mine, n, write, user, deadline);
+    return Future<void>(user);
+  }
+  Acquire acquire{buffer.id(), n, write, proc_->rank()};
+  auto grant = proc_->request<Grant>(ActorId{buffer.owner(), agent_}, acquire);
+  grant.then([this, buffer, mine, n, write, user, deadline](Future<Grant> reply) {
+    Grant granted;
+    try {
+      granted = reply.get();
+    } catch (...) {
+      return user->setError(std::current_exception());  // the owner lost or stopped (DLV-1)
+    }
+    if (granted.lease == 0)
+      return user->setError(std::make_exception_ptr(BufferError(granted.error)));
+    hold(buffer, granted);
+    moveBytes(buffer, granted.lease, mine, n, write, user, deadline);
+  });
+  return Future<void>(user);
+}
+
+std::uint64_t RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write) {
+  std::lock_guard lock(heldMutex_);
+  auto it = cached_.find({buffer.owner(), buffer.id()});
+  if (it == cached_.end()) return 0;
+  Held& held = held_.at({buffer.owner(), it->second});
+  if (held.revoked || bytes > held.bytes || (write && !held.writable)) return 0;
+  ++held.inFlight;
+  ++inFlight_;
+  return it->second;
+}
+
+void RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
+  std::lock_guard lock(heldMutex_);
+  Held held{buffer.id(), grant.bytes, grant.writable, 1, false, false};
+  // Two first transfers may race for a lease: the first one kept is reused,
+  // the other ends with its transfer.
+  held.cached = cached_.emplace(std::make_pair(buffer.owner(), buffer.id()), grant.lease).second;
+  held_.emplace(LeaseKey{buffer.owner(), grant.lease}, held);
+  ++inFlight_;
+}
+
+void RdmaModule::endTransfer(Rank owner, std::uint64_t lease) {
+  bool give = false;
+  {
+    std::lock_guard lock(heldMutex_);
+    --inFlight_;
+    auto it = held_.find({owner, lease});
+    if (it == held_.end()) return;  // void already (the owner was lost)
+    Held& held = it->second;
+    if (--held.inFlight == 0 && (held.revoked || !held.cached)) {
+      if (held.cached) cached_.erase({owner, held.region});
+      held_.erase(it);
+      give = true;
+    }
+  }
+  if (give) sendRelease(owner, lease);
+}
+
+void RdmaModule::revoked(Rank owner, std::uint64_t lease) {
+  bool give = false;
+  {
+    std::lock_guard lock(heldMutex_);
+    auto it = held_.find({owner, lease});
+    if (it == held_.end()) return;  // released already
+    Held& held = it->second;
+    held.revoked = true;  // later transfers ask the owner again, who refuses
+    if (held.cached) {
+      cached_.erase({owner, held.region});
+      held.cached = false;
+    }
+    if (held.inFlight == 0) {
+      held_.erase(it);
+      give = true;
+    }
+  }
+  if (give) sendRelease(owner, lease);
+}
+
+void RdmaModule::sendRelease(Rank owner, std::uint64_t lease) {
+  // Posted: this may run on the MPI service thread (a transfer's
+  // continuation), which must never wait on a send.
+  pool_->post([this, owner, lease] {
+    try {
+      proc_->send(ActorId{owner, agent_}, Release{lease});
+    } catch (const std::exception& e) {
+      // The owner is gone or stopping: its leases went with it.
+      log::get().debug("RDMA: releasing lease {} of rank {}: {}", lease, owner, e.what());
+    }
+  });
+}
+
+void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* local,
+                           std::size_t bytes, bool write, std::shared_ptr<UserState> user,
+                           std::shared_ptr<Deadline> deadline) {
+  Rank owner = buffer.owner();
+  auto release = [this, owner, lease] { endTransfer(owner, lease); };
+  if (!deadline->begin()) return release();  // timed out while the grant was on its way
+  if (owner == proc_->rank()) {
+    // Our own memory: no MPI, a copy under the lease.
+    try {
+      char* memory = leased(lease, 0, bytes);
+      if (write) {
+        std::memcpy(memory, local, bytes);
+      } else {
+        std::memcpy(local, memory, bytes);
+      }
+    } catch (...) {
+      release();
+      return user->setError(std::current_exception());
+    }
+    release();
+    return user->setValue({});
+  }
+  MpiService* mpi = windowService();
+  if (!mpi) {
+    if (!warnedFallback_.exchange(true)) {
+      log::get().warn(
+          "RDMA: one-sided MPI is not in use here (CROWN_RDMA_WINDOW=0, or no MPI "
+          "window); RDMA buffers move in chunks over crown's own fabric, which is "
+          "much slower");
+    }
+    return fallback(buffer, lease, local, bytes, write, user, deadline, release);
+  }
+  auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, deadline->stop)
+                     : mpi->windowGet(owner, buffer.address(), local, bytes, deadline->stop);
+  moved.then(
+      [this, buffer, lease, local, bytes, write, user, deadline, release](Future<void> done) {
+        // The lease goes first (the owner may detach once the last one ends),
+        // then the caller hears: its memory is free from here on.
+        std::exception_ptr failure;
+        try {
+          done.get();
+        } catch (const ProcessLost&) {
+          // SupervisionError in Python. The lease died with its owner: the end
+          // only counts the transfer out (peerLost forgets the lease).
+          failure = std::current_exception();
+        } catch (const BootstrapError& e) {
+          // MPI refused the one-sided transfer: this one goes over the fabric.
+          log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
+                          buffer.describe(), e.what());
+          return pool_->post([this, buffer, lease, local, bytes, write, user, deadline, release] {
+            fallback(buffer, lease, local, bytes, write, user, deadline, release);
+          });
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        release();
+        deadline->finish(*user, failure);
+      });
+}
+
+void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
+                          bool write, std::shared_ptr<UserState> user,
+                          std::shared_ptr<Deadline> deadline, std::function<void()> release) {
+  ++fallbackTransfers_;
+  // One chunk at a time, each a request to the owner's agent under the
+  // lease; the next is sent from the previous one's continuation. `run`
+  // holds the step weakly and each continuation strongly, so the step lives
+  // exactly as long as a chunk is on its way (no cycle).
+  struct Step {
+    std::function<void(std::size_t)> run;
+  };
+  auto step = std::make_shared<Step>();
+  ActorId agent{buffer.owner(), agent_};
+  std::weak_ptr<Step> weak = step;
+  step->run = [this, weak, agent, lease, local, bytes, write, user, deadline,
+               release](std::size_t offset) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (offset >= bytes || deadline->stop->load()) {
+      release();
+      return deadline->finish(*user, nullptr);
+    }
+    std::size_t n = std::min(fallbackChunk(), bytes - offset);
+    auto next = [self, offset, n, user, deadline, release](auto& reply, auto&& fill) {
+      try {
+        fill(reply);
+      } catch (...) {
+        release();
+        return deadline->finish(*user, std::current_exception());
+      }
+      self->run(offset + n);
+    };
+    if (write) {
+      WriteChunk chunk{lease, offset, std::string(local + offset, n)};
+      proc_->request<void>(agent, chunk).then([next](Future<void> reply) {
+        next(reply, [](Future<void>& f) { f.get(); });
+      });
+    } else {
+      proc_->request<std::string>(agent, ReadChunk{lease, offset, n})
+          .then([next, local, offset, n](Future<std::string> reply) {
+            next(reply, [&](Future<std::string>& f) {
+              std::string data = f.get();
+              if (data.size() != n) throw ProtocolError("RDMA: a short chunk from the owner");
+              std::memcpy(local + offset, data.data(), n);
+            });
+          });
+    }
+  };
+  // The chunks' continuations hold `step` until the last one ends.
+  step->run(0);
+}
+
+Future<void> RdmaModule::drop(const Buffer& buffer) {
+  if (!buffer.valid()) return Future<void>::ready({});
+  if (buffer.owner() == proc_->rank()) return dropLocal(buffer.id(), "dropped");
+  return proc_->request<void>(ActorId{buffer.owner(), agent_}, DropRegion{buffer.id()});
+}
+
+}  // namespace crown::rdma::detail

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# RDMA buffers across simulated hosts (issue 12): three network namespaces on
+# a bridge (as netns_test.sh makes them), one rank on each, so every transfer
+# crosses TCP. One-sided MPI goes over osc pt2pt (the only one-sided
+# component Open MPI has over TCP), which progresses at the target only
+# while the target is inside MPI: the owners' service threads must keep
+# calling MPI for the reads and writes to finish. Runs the mpi.rdma program
+# (reads, writes, drops, timeouts) there, then, when given, the RDMA bench.
+# Every process and namespace it made is removed. Needs root.
+# Usage: rdma_netns_test.sh SOURCE_DIR PROGRAM [BENCH]
+set -euo pipefail
+source_dir=$1
+program=$2
+bench=${3:-}
+tag=rd$$
+subnet="10.$((100 + RANDOM % 100)).$((RANDOM % 250)).0"
+prefix=${subnet%.0}
+work=$(mktemp -d /tmp/crown-rdma-netns.XXXXXX)
+chmod 755 "$work"
+
+cleanup() {
+  set +e
+  for i in 0 1 2; do
+    for pid in $(ip netns pids "$tag-$i" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+    ip netns del "$tag-$i" 2>/dev/null
+    ip link del "$tag-v$i" 2>/dev/null
+  done
+  ip link del "$tag-br" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ip link add "$tag-br" type bridge
+ip addr add "$prefix.1/24" dev "$tag-br"
+ip link set "$tag-br" up
+hostfile=$work/hosts
+for i in 0 1 2; do
+  ns=$tag-$i
+  ip netns add "$ns"
+  ip link add "$tag-v$i" type veth peer name "$tag-p$i"
+  ip link set "$tag-p$i" netns "$ns"
+  ip link set "$tag-v$i" master "$tag-br" up
+  ip -n "$ns" addr add "$prefix.$((10 + i))/24" dev "$tag-p$i"
+  ip -n "$ns" link set "$tag-p$i" up
+  ip -n "$ns" link set lo up
+  echo "$prefix.$((10 + i)) slots=1" >>"$hostfile"
+done
+cat >"$work/agent" <<AGENT
+#!/bin/bash
+host=\$1; shift
+[[ "\$1" == -* ]] && shift
+i=\$(( \${host##*.} - 10 ))
+exec ip netns exec $tag-\$i unshare --uts /bin/bash -c "hostname simhost\$i; exec \$*"
+AGENT
+chmod +x "$work/agent"
+
+launch() {  # launch RANKS PROGRAM...: on the namespace hosts, one-sided MPI over TCP
+  local ranks=$1; shift
+  timeout -k 5 240 "$source_dir/launch/crownrun" -n "$ranks" --hostfile "$hostfile" \
+    --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include "$subnet/24" \
+    --mca btl_tcp_if_include "$subnet/24" --mca btl self,tcp --mca osc pt2pt \
+    --mca orte_base_help_aggregate 0 "$@"
+}
+
+echo "== mpi.rdma on 3 hosts, one rank each, osc pt2pt over TCP"
+launch 3 "$program" 2>&1 | tee "$work/out.log"
+grep -q "crown-test: PASS" "$work/out.log" || { echo "FAIL: the RDMA tests failed across hosts"; exit 1; }
+grep -q "rdma test: 3 ranks on 3 host(s)" "$work/out.log" || { echo "FAIL: the ranks were not on 3 hosts"; exit 1; }
+if [[ -n "$bench" ]]; then
+  echo "== rdma_bench between two hosts (reported, no goal)"
+  launch 2 "$bench" "$work/rdma_hosts.json" 2>&1 | tee "$work/bench.log"
+  grep -q "4 KiB read latency" "$work/bench.log" || { echo "FAIL: the bench did not finish"; exit 1; }
+fi
+echo "rdma_netns_test: PASS"
