@@ -65,7 +65,7 @@ struct Collective {
   /// knows them (`expected`): then a small collective moves its data while
   /// the members agree, not after (Collectives::run).
   bool expected = false;
-  std::vector<std::int64_t> expectShape;
+  std::vector<std::int64_t> expectShape{};
   ScalarType expectType = ScalarType::f32;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
