@@ -14,57 +14,26 @@ set -euo pipefail
 source_dir=$1
 program=$2
 tag=cr$$
-subnet="10.$((100 + RANDOM % 100)).$((RANDOM % 250)).0"
-prefix=${subnet%.0}
 work=$(mktemp -d /tmp/crown-netns.XXXXXX)
 chmod 755 "$work"
 job=""
+source "$source_dir/tests/support/netns_hosts.sh"
 
 cleanup() {
   set +e
   [[ -n "$job" ]] && kill -9 -- -"$job" 2>/dev/null
-  for i in 0 1 2; do
-    for pid in $(ip netns pids "$tag-$i" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-    ip netns del "$tag-$i" 2>/dev/null
-    ip link del "$tag-v$i" 2>/dev/null  # the pair goes with it
-  done
-  ip link del "$tag-br" 2>/dev/null
+  netns_hosts_down "$tag"
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "== bridge $tag-br on $subnet/24 and three namespaces"
-ip link add "$tag-br" type bridge
-ip addr add "$prefix.1/24" dev "$tag-br"
-ip link set "$tag-br" up
-hostfile=$work/hosts
-for i in 0 1 2; do
-  ns=$tag-$i
-  ip netns add "$ns"
-  ip link add "$tag-v$i" type veth peer name "$tag-p$i"
-  ip link set "$tag-p$i" netns "$ns"
-  ip link set "$tag-v$i" master "$tag-br" up
-  ip -n "$ns" addr add "$prefix.$((10 + i))/24" dev "$tag-p$i"
-  ip -n "$ns" link set "$tag-p$i" up
-  ip -n "$ns" link set lo up
-  echo "$prefix.$((10 + i)) slots=2" >>"$hostfile"
-done
-
-# The rsh agent: `agent HOST COMMAND...` runs COMMAND in HOST's namespace,
-# under its own host name.
-cat >"$work/agent" <<AGENT
-#!/bin/bash
-host=\$1; shift
-[[ "\$1" == -* ]] && shift  # options ssh would take
-i=\$(( \${host##*.} - 10 ))
-exec ip netns exec $tag-\$i unshare --uts /bin/bash -c "hostname simhost\$i; exec \$*"
-AGENT
-chmod +x "$work/agent"
+echo "== bridge $tag-br and three namespaces"
+netns_hosts_up "$tag" 2 "$work"
 
 echo "== crownrun --hostfile: 6 ranks on 3 hosts"
 export CROWN_HEARTBEAT_INTERVAL_MS=200 CROWN_HEARTBEAT_MISSES=5
 setsid "$source_dir/launch/crownrun" -n 6 --hostfile "$hostfile" \
-  --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include "$subnet/24" \
+  --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include "$subnet/24" \
   --mca btl_tcp_if_include "$subnet/24" --mca btl self,vader,tcp \
   "$program" "$work" >"$work/out.log" 2>&1 &
 job=$!

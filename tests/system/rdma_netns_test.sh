@@ -13,51 +13,22 @@ source_dir=$1
 program=$2
 bench=${3:-}
 tag=rd$$
-subnet="10.$((100 + RANDOM % 100)).$((RANDOM % 250)).0"
-prefix=${subnet%.0}
 work=$(mktemp -d /tmp/crown-rdma-netns.XXXXXX)
 chmod 755 "$work"
+source "$source_dir/tests/support/netns_hosts.sh"
 
 cleanup() {
   set +e
-  for i in 0 1 2; do
-    for pid in $(ip netns pids "$tag-$i" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-    ip netns del "$tag-$i" 2>/dev/null
-    ip link del "$tag-v$i" 2>/dev/null
-  done
-  ip link del "$tag-br" 2>/dev/null
+  netns_hosts_down "$tag"
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-ip link add "$tag-br" type bridge
-ip addr add "$prefix.1/24" dev "$tag-br"
-ip link set "$tag-br" up
-hostfile=$work/hosts
-for i in 0 1 2; do
-  ns=$tag-$i
-  ip netns add "$ns"
-  ip link add "$tag-v$i" type veth peer name "$tag-p$i"
-  ip link set "$tag-p$i" netns "$ns"
-  ip link set "$tag-v$i" master "$tag-br" up
-  ip -n "$ns" addr add "$prefix.$((10 + i))/24" dev "$tag-p$i"
-  ip -n "$ns" link set "$tag-p$i" up
-  ip -n "$ns" link set lo up
-  echo "$prefix.$((10 + i)) slots=1" >>"$hostfile"
-done
-cat >"$work/agent" <<AGENT
-#!/bin/bash
-host=\$1; shift
-[[ "\$1" == -* ]] && shift
-i=\$(( \${host##*.} - 10 ))
-exec ip netns exec $tag-\$i unshare --uts /bin/bash -c "hostname simhost\$i; exec \$*"
-AGENT
-chmod +x "$work/agent"
+netns_hosts_up "$tag" 1 "$work"
 
 launch() {  # launch RANKS PROGRAM...: on the namespace hosts, one-sided MPI over TCP
   local ranks=$1; shift
   timeout -k 5 240 "$source_dir/launch/crownrun" -n "$ranks" --hostfile "$hostfile" \
-    --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include "$subnet/24" \
+    --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include "$subnet/24" \
     --mca btl_tcp_if_include "$subnet/24" --mca btl self,tcp --mca osc pt2pt \
     --mca orte_base_help_aggregate 0 "$@"
 }

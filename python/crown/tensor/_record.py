@@ -540,17 +540,24 @@ def _key(v, inputs: List[int], wrappers: List["Tensor"], slot: Dict[int, int]):
     return (t, v)
 
 
+def _arguments_key(args, kwargs):
+    """(key, input refs, their wrappers) of an op's arguments: their metadata
+    and constants, mesh tensors by first appearance. Raises _Slow."""
+    inputs: List[int] = []
+    wrappers: List[Tensor] = []
+    slot: Dict[int, int] = {}
+    key = tuple([_key(a, inputs, wrappers, slot) for a in args])
+    if kwargs:
+        key = (key, tuple([(n, _key(v, inputs, wrappers, slot)) for n, v in kwargs.items()]))
+    return key, inputs, wrappers
+
+
 def _fast(info: _OpInfo, args, kwargs):
     """An op seen before with arguments of the same metadata and constants:
     no fakes, no pickling. (_MISS, key) when not cached yet, (_MISS, None)
     when the fast path does not apply."""
-    inputs: List[int] = []
-    wrappers: List[Tensor] = []
-    slot: Dict[int, int] = {}
     try:
-        key = tuple([_key(a, inputs, wrappers, slot) for a in args])
-        if kwargs:
-            key = (key, tuple([(n, _key(v, inputs, wrappers, slot)) for n, v in kwargs.items()]))
+        key, inputs, wrappers = _arguments_key(args, kwargs)
     except _Slow:
         return _MISS, None
     active = _active[-1] if _active else None
@@ -628,13 +635,8 @@ def torch_function(func, types, args, kwargs):
         kwargs = {}
     if _no_mesh_depth or not _active:
         return _disabled(func, types, args, kwargs)
-    inputs: List[int] = []
-    wrappers: List[Tensor] = []
-    slot: Dict[int, int] = {}
     try:
-        key = tuple([_key(a, inputs, wrappers, slot) for a in args])
-        if kwargs:
-            key = (key, tuple([(n, _key(v, inputs, wrappers, slot)) for n, v in kwargs.items()]))
+        key, inputs, wrappers = _arguments_key(args, kwargs)
     except _Slow:
         return _disabled(func, types, args, kwargs)
     if not wrappers:
