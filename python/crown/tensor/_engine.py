@@ -118,6 +118,7 @@ class EngineBackend:
             raise TypeError(f"a mesh tensor moves only to a mesh of crown's engines, not {target}")
         ref = backend.new_ref()
         t._mesh._on_stream()  # the source engines send on the tensor's stream
+        target._send_deletes()  # what died there goes first: its memory, before a new shard's
         target._on_stream()
         self._client.move_to(backend._client, t._ref, ref, view, location)
         return Tensor(t.__dict__.get("_fake"), target, ref, location, t._meta)
