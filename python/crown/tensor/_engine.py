@@ -47,6 +47,10 @@ class EngineFuture:
         return self._fetch.done()
 
 
+_MPI_TYPES = {torch.float32: "float32", torch.float64: "float64", torch.int32: "int32",
+              torch.int64: "int64", torch.int8: "int8", torch.uint8: "uint8"}
+
+
 class EngineBackend:
     def __init__(self, shape: "_crown.Shape", *, seed: int = 0):
         self._client = _crown.TensorClient(shape, seed)
@@ -71,12 +75,14 @@ class EngineBackend:
             # The engine orders a group's members by the mesh's own order of
             # the dims, whatever order they were named in.
             dims = [d for d in self._shape if d in command.dims]
+            # The source as recorded, for a small CPU collective to move its data
+            # while the members agree (MPI's types only; the others go the long way).
             meta = command.source_meta
-            shape = dtype = None
-            if meta is not None and meta[4].type == "cpu":  # what a small collective overlaps on
-                shape, dtype = list(meta[0]), str(meta[3]).replace("torch.", "")
+            shape, dtype = None, "float32"
+            if meta is not None and meta[4].type == "cpu" and meta[3] in _MPI_TYPES:
+                shape, dtype = list(meta[0]), _MPI_TYPES[meta[3]]
             self._client.collective(collective, reduction, dims, command.source, command.result,
-                                    0, command.location, shape, dtype or "float32")
+                                    0, command.location, shape, dtype)
         elif kind is Delete:
             self._client.delete(command.refs)
         elif kind is SwitchStream:
