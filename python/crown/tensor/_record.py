@@ -552,6 +552,27 @@ def _arguments_key(args, kwargs):
     return key, inputs, wrappers
 
 
+def _outputs(mesh: Mesh, descs, wrappers: List["Tensor"], location: str):
+    """(outputs, their new refs) of a cached op, by its descs: an input itself
+    (int k), a constant ((None, value)) or a fresh tensor (its meta). Sends
+    the pending deletes first when enough have gathered."""
+    if len(mesh._dead) >= mesh._delete_batch:
+        mesh._send_deletes()
+    backend = mesh.backend
+    results: List[int] = []
+    outs = []
+    for d in descs:
+        if type(d) is int:
+            outs.append(wrappers[d])
+        elif d[0] is None:
+            outs.append(d[1])
+        else:
+            ref = backend.new_ref()
+            results.append(ref)
+            outs.append(Tensor(None, mesh, ref, location, d))
+    return outs, results
+
+
 def _fast(info: _OpInfo, args, kwargs):
     """An op seen before with arguments of the same metadata and constants:
     no fakes, no pickling. (_MISS, key) when not cached yet, (_MISS, None)
@@ -581,21 +602,8 @@ def _fast(info: _OpInfo, args, kwargs):
     for d in entry.descs:
         if type(d) is int and wrappers[d]._lent:
             return _MISS, None
-    if len(mesh._dead) >= mesh._delete_batch:
-        mesh._send_deletes()
     location = _location()
-    backend = mesh.backend
-    results: List[int] = []
-    outs = []
-    for d in entry.descs:
-        if type(d) is int:
-            outs.append(wrappers[d])
-        elif d[0] is None:
-            outs.append(d[1])
-        else:
-            ref = backend.new_ref()
-            results.append(ref)
-            outs.append(Tensor(None, mesh, ref, location, d))
+    outs, results = _outputs(mesh, entry.descs, wrappers, location)
     for k in entry.written:
         results.append(inputs[k])
     mesh._record(Call(results, entry.blob, inputs, location))
@@ -661,19 +669,8 @@ def torch_function(func, types, args, kwargs):
         return _learn(func, types, args, kwargs, table, key, inputs)
     if entry is None:
         return _disabled(func, types, args, kwargs)
-    if len(mesh._dead) >= mesh._delete_batch:
-        mesh._send_deletes()
     location = _location()
-    backend = mesh.backend
-    results: List[int] = []
-    outs = []
-    for d in entry.descs:
-        if d[0] is None:
-            outs.append(d[1])
-        else:
-            ref = backend.new_ref()
-            results.append(ref)
-            outs.append(Tensor(None, mesh, ref, location, d))
+    outs, results = _outputs(mesh, entry.descs, wrappers, location)
     mesh._record(Call(results, entry.blob, [inputs[k] for k in entry.perm], location))
     return outs[0]
 
