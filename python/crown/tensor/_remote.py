@@ -17,7 +17,7 @@ Without propagate, a callable is its own propagator (fine for torch-only code).
 
 import functools
 import pickle
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Union
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
