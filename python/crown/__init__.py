@@ -89,13 +89,20 @@ def world_flat() -> ProcMesh:
     return ProcMesh(_crown.Shape([("ranks", _crown.size())]))
 
 
-def shutdown(code: int = 0) -> None:
-    """Ends the job from the controller: every worker exits with code."""
+def shutdown(code: int = 0) -> int:
+    """Ends the job from the controller: every worker exits with code, which
+    is 1 at least after a fault that nothing handled
+    (crown.actor.unhandled_fault_hook); returns the code."""
+    from . import _supervision
+
+    if _supervision.unhandled and code == 0:
+        code = 1
     sys.stdout.flush()
     engines = sys.modules.get("crown.tensor._engine")
     if engines is not None:
         engines.finish_all()  # no tensor work left running while the ranks exit
     _crown.shutdown(code)
+    return code
 
 
 def run(main, *args, **kwargs) -> None:
@@ -110,5 +117,4 @@ def run(main, *args, **kwargs) -> None:
         print("crown: the controller failed:", file=sys.stderr)
         traceback.print_exc()
         code = 1
-    shutdown(code)
-    _exit(code)
+    _exit(shutdown(code))

@@ -1,15 +1,20 @@
 """What the C++ PyActor calls, on the rank that hosts the actor (with the GIL).
 
-construct() builds the actor from its pickled (class, args, kwargs);
-dispatch() runs one pickled endpoint call and returns its outcome: a tag
-byte, then the pickled value or, when the endpoint raised, the exception.
-For a call with a caller (call, call_one, choose, stream) the exception is
-pickled (as itself when it pickles, always as its type, message and
-traceback text), so it travels as a value and the caller raises ActorError
-from it. For a call that nobody answers to (broadcast, a port's send) or
-whose replies are folded (Accumulator), it is a text report with the
-traceback: the C++ PyActor throws it, so a one-way failure is logged on its
-rank and handed to the supervision path, and a fold fails that member.
+construct() builds the actor from its pickled (class, args, kwargs), or
+raises ConstructionError holding the Python traceback; dispatch() runs one
+pickled endpoint call and returns its outcome: a tag byte, then the pickled
+value or, when the endpoint raised, the exception. A BaseException that is
+not an Exception (SystemExit, KeyboardInterrupt) kills the actor under any
+call: FATAL and a text report, which PyActor throws as ActorFatal.
+Otherwise, for a call with a caller (call, call_one, choose, stream) the
+exception is pickled (as itself when it pickles, always as its type,
+message and traceback text), so it travels as a value and the caller raises
+ActorError from it. For a call that nobody answers to (broadcast, a port's
+send) or whose replies are folded (Accumulator), it is a text report with
+the traceback: PyActor throws it, so a one-way failure is logged on its rank
+and the actor dies (its mesh's owner hears: crown._supervision), and a fold
+fails that member. The owner hears through a one-way "__supervise__" call to
+its own actor, so supervise() runs in the actor's turn, between messages.
 
 combine() runs an Accumulator's function at a cast-tree hop (reducer keys
 "py:<base64 pickle>", resolved in python/src/bind_reduce.cpp).
@@ -26,6 +31,8 @@ from . import _pickle
 
 VALUE = b"\x00"
 RAISED = b"\x01"
+FATAL = b"\x02"
+SUPERVISE = "__supervise__"  # the name a failure report is called under
 
 _current = threading.local()  # the actor instance whose endpoint this thread runs
 
@@ -34,10 +41,17 @@ def current_instance():
     return getattr(_current, "instance", None)
 
 
+class ConstructionError(Exception):
+    """An actor's class could not be built here; str() is the Python traceback."""
+
+
 def construct(payload: bytes):
-    cls, args, kwargs = _pickle.loads(payload)
     _current.instance = None
-    return cls(*args, **kwargs)
+    try:
+        cls, args, kwargs = _pickle.loads(payload)
+        return cls(*args, **kwargs)
+    except BaseException:  # noqa: BLE001 - reported to the spawner as its traceback
+        raise ConstructionError(traceback.format_exc().rstrip()) from None
 
 
 def _event_loop(instance):
@@ -68,7 +82,8 @@ def dispatch(instance, payload, report: bool = False, parts: bool = False):
     """Runs one pickled call; returns the tag and the pickled outcome as bytes,
     or with `parts` as (head, buffers) for the fabric to send without a copy
     (_pickle.dumps_parts). report: an exception comes back as RAISED + its
-    text report (utf-8), not pickled, for the C++ side to throw."""
+    text report (utf-8), not pickled, for the C++ side to throw; a fatal one
+    (not an Exception) always comes back so, as FATAL."""
     outcome = _run(instance, payload, report)
     if parts:
         return outcome if isinstance(outcome, tuple) else (outcome, [])
@@ -85,7 +100,10 @@ def _run(instance, payload, report):
         if type(name) is tuple:  # EndpointRef.rref: keep the result on this rank's engine
             _, name, engine, ref = name
             rref = (engine, ref)
-        result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
+        if name == SUPERVISE:
+            result = supervise(instance, *args)
+        else:
+            result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
         if inspect.isawaitable(result):
             result = _event_loop(instance).run_until_complete(result)
         if rref is not None:
@@ -96,9 +114,10 @@ def _run(instance, payload, report):
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
         text = traceback.format_exc()
         message = _message_of(error)
-        if report:
+        if report or not isinstance(error, Exception):
             where = f"endpoint {name!r}" if name is not None else "a call that did not unpickle"
-            return RAISED + (f"{where} of {type(instance).__qualname__} raised "
+            tag = RAISED if isinstance(error, Exception) else FATAL
+            return tag + (f"{where} of {type(instance).__qualname__} raised "
                              f"{type(error).__qualname__}: {message}\n{text}").encode(
                                  "utf-8", "backslashreplace")
         try:
@@ -108,6 +127,35 @@ def _run(instance, payload, report):
         return RAISED + _pickle.dumps((original, type(error).__qualname__, message, text))
     finally:
         _current.instance = outer
+
+
+class UnhandledFailure(Exception):
+    """An actor's __supervise__ did not handle a failure of a mesh it owns
+    (it is missing or returned false): the actor dies of it, and its owner
+    hears in turn."""
+
+
+def supervise(instance, failure):
+    """Hands a failure of a mesh the actor owns to its __supervise__ (plain
+    or async); raises when it is not handled, or when __supervise__ raises
+    (a new failure, caused by the first)."""
+    method = getattr(instance, "__supervise__", None)
+    cls = type(instance).__qualname__
+    if method is None:
+        raise UnhandledFailure(f"{cls} has no __supervise__ for the failure of its mesh "
+                               f"'{failure.mesh_name}':\n{failure.report()}")
+    try:
+        handled = method(failure)
+        if inspect.isawaitable(handled):
+            handled = _event_loop(instance).run_until_complete(handled)
+    except Exception as error:
+        raise UnhandledFailure(f"{cls}.__supervise__ raised {type(error).__qualname__}: "
+                               f"{_message_of(error)}, handling the failure of its mesh "
+                               f"'{failure.mesh_name}':\n{failure.report()}") from error
+    if not handled:
+        raise UnhandledFailure(f"{cls}.__supervise__ did not handle the failure of its mesh "
+                               f"'{failure.mesh_name}':\n{failure.report()}")
+    return None
 
 
 def _message_of(error: BaseException) -> str:

@@ -35,14 +35,15 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import _crown, _pickle, _runtime
+from . import _crown, _pickle, _runtime, _supervision
+from ._supervision import MeshFailure
 
 __all__ = [
     "Actor", "endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
     "ActorError", "ActorStoppedError", "SupervisionError", "MeshError", "Channel", "Port",
     "PortReceiver",
     "Accumulator", "current_rank", "current_size", "context", "this_host", "HostMesh",
-    "MessagesLost", "unhandled_fault_hook",
+    "MessagesLost", "MeshFailure", "unhandled_fault_hook",
 ]
 
 SupervisionError = _crown.SupervisionError
@@ -95,11 +96,18 @@ class MessagesLost:
 
 
 def unhandled_fault_hook(failure) -> None:
-    """Called with each fault that nothing else handles (today a
-    :class:`MessagesLost`), on the rank that sent the lost messages: the
-    controller, for its own casts. The default prints it to stderr. Replace it
+    """Called on the controller with each fault that nothing else handles: a
+    :class:`MeshFailure` (a member of a mesh the controller spawned died, or
+    an actor's ``__supervise__`` passed one up), or a :class:`MessagesLost`
+    (on the rank that sent the lost messages). Replace it
     (``crown.actor.unhandled_fault_hook = my_hook``, Monarch's name) to act on
-    it; it runs on a runtime thread, so it should return quickly."""
+    it; it runs on a runtime thread, so it should return quickly. Returning
+    drops the fault. Raising (the default raises SystemExit(1) for a
+    MeshFailure, as Monarch's does) leaves it unhandled: crown prints the
+    report, interrupts the main thread (KeyboardInterrupt) and the job exits
+    1. The default prints a MessagesLost and returns."""
+    if isinstance(failure, MeshFailure):
+        sys.exit(1)
     print(f"crown: unhandled fault: {failure}", file=sys.stderr, flush=True)
 
 
@@ -154,10 +162,12 @@ def _outcome(payload: bytes, rank: int, actor: str):
 
 
 def _entry_error(error: tuple, actor: str):
-    kind, message, rank, host = error
-    if kind == "lost":
+    kind, message, rank, host, cause = error
+    if kind in ("lost", "failed"):
         exc = SupervisionError(message)
         exc.rank, exc.host = rank, host
+        if kind == "failed":
+            exc.actor, exc.cause = actor, cause
         return exc
     if kind == "stopped":
         return ActorStoppedError(message, rank=rank, actor=actor, remote_type=kind)
@@ -304,6 +314,7 @@ class ProcMesh(_Sliceable):
             raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
         payload = _pickle.dumps((cls, args, kwargs))
         local = _crown.spawn(self._shape, name, payload)
+        _supervision.spawned(local, self._shape, cls, name)
         return ActorMesh(self._shape, local, cls, name)
 
     def activate(self):

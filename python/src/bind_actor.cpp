@@ -28,8 +28,9 @@ std::chrono::milliseconds toMillis(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
-/// An entry's error as plain values: (kind, message, rank, host), kind one of
-/// "raised" (a C++ handler threw), "lost" (its process), "stopped", "error".
+/// An entry's error as plain values: (kind, message, rank, host, cause), kind
+/// one of "raised" (a C++ handler threw), "lost" (its process), "failed" (the
+/// actor died; cause: why), "stopped", "error".
 py::tuple describe(const std::exception_ptr& error, std::size_t rank) {
   auto failure = crown::detail::describeFailure(error, static_cast<Rank>(rank));
   using Failure = crown::detail::RemoteFailure;
@@ -44,8 +45,12 @@ py::tuple describe(const std::exception_ptr& error, std::size_t rank) {
     case Failure::kProcessLost:
       kind = "lost";
       break;
+    case Failure::kActorFailed:
+      kind = "failed";
+      break;
   }
-  return py::make_tuple(kind, mesh::detail::describe(error), failure.rank, failure.host);
+  std::string cause = failure.category == Failure::kActorFailed ? failure.message : "";
+  return py::make_tuple(kind, mesh::detail::describe(error), failure.rank, failure.host, cause);
 }
 
 // A reduce's folded outcome, as bytes.
@@ -249,6 +254,14 @@ void bindActor(py::module_& m) {
         }
       },
       "(rank, Shape) of the mesh actor this thread runs, or None.");
+  m.def(
+      "current_actor",
+      []() -> py::object {
+        const Actor* actor = Actor::current();
+        if (!actor) return py::none();
+        return py::make_tuple(actor->id().rank, actor->id().local);
+      },
+      "(rank, local id) of the actor whose handler this thread runs, or None.");
 }
 
 }  // namespace crown::python

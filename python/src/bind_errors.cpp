@@ -1,5 +1,6 @@
 // crown's C++ errors as Python exceptions of the same meaning (style.md):
-// ProcessLost -> SupervisionError (with .rank and .host), RemoteError ->
+// ProcessLost -> SupervisionError (with .rank and .host), ActorFailed ->
+// SupervisionError (with .rank, .host, .actor and .cause), RemoteError ->
 // RemoteActorError, MeshError -> MeshError (with .failures), Timeout ->
 // TimeoutError, ConfigError -> ValueError, anything else of crown's -> CrownError.
 #include <pybind11/pybind11.h>
@@ -41,6 +42,10 @@ void bindErrors(py::module_& m) {
       if (p) std::rethrow_exception(p);
     } catch (const ProcessLost& e) {
       raise(supervision, e.what(), py::dict(py::arg("rank") = e.rank(), py::arg("host") = e.host()));
+    } catch (const ActorFailed& e) {
+      raise(supervision, e.what(),
+            py::dict(py::arg("rank") = e.rank(), py::arg("host") = e.host(),
+                     py::arg("actor") = e.actor(), py::arg("cause") = e.cause()));
     } catch (const RemoteError& e) {
       raise(remote, e.what(),
             py::dict(py::arg("rank") = e.rank(), py::arg("actor") = e.actor(),

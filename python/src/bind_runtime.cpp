@@ -3,7 +3,9 @@
 // controller is done (SHT-1). Blocking calls release the GIL. log() writes
 // through crown's logger, so Python's warnings sit with C++'s on stderr.
 // Reports of messages lost for good (LostMessages) go to Python's
-// crown.actor.unhandled_fault_hook on the rank that sent them.
+// crown.actor.unhandled_fault_hook on the rank that sent them, and reports of
+// mesh members that died (supervision::MemberFailure) to crown._supervision
+// on the rank that owns the mesh.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,6 +14,7 @@
 #include "crown/bootstrap/controller.h"
 #include "crown/common/log.h"
 #include "crown/mesh/world_shape.h"
+#include "crown/supervision/module.h"
 #include "gil.h"
 
 namespace py = pybind11;
@@ -44,6 +47,20 @@ void toFaultHook(const LostMessages& lost) {
   }
 }
 
+// On the supervision agent's pool thread, as toFaultHook.
+void toSupervision(const supervision::MemberFailure& failure) {
+  if (!Py_IsInitialized() || finalizing()) return;
+  Gil gil;
+  try {
+    py::module_::import("crown._supervision")
+        .attr("member_failed")(failure.mesh, failure.rank, failure.host, failure.actor,
+                               failure.cause);
+  } catch (py::error_already_set& e) {
+    log::get().error("a failure of mesh '{}' (rank {}) could not be supervised: {}",
+                     failure.actor, failure.rank, e.what());
+  }
+}
+
 }  // namespace
 
 void bindRuntime(py::module_& m) {
@@ -61,6 +78,7 @@ void bindRuntime(py::module_& m) {
         py::gil_scoped_release release;
         Runtime& runtime = Runtime::init(&argc, &args);
         runtime.proc().setLostMessagesHook(toFaultHook);
+        supervision::setFailureHook(runtime.proc(), toSupervision);
         return runtime.topology().rank;
       },
       "Bootstraps this rank (collective over MPI_COMM_WORLD); returns its rank.");

@@ -1,5 +1,5 @@
 // PyActor (py_actor.h): construction, dispatch and the Python exceptions of
-// one-way calls and reduces thrown as PythonError.
+// one-way calls and reduces thrown as PythonError, fatal ones as ActorFatal.
 #include "py_actor.h"
 
 #include <atomic>
@@ -19,8 +19,14 @@ std::size_t PyActor::live() { return g_live.load(); }
 PyActor::PyActor(std::string spawnPayload) {
   Gil gil;
   py::module_ runtime = py::module_::import("crown._runtime");
-  // A Python exception here becomes the spawn's error, naming this rank.
-  instance_ = runtime.attr("construct")(py::bytes(spawnPayload));
+  // A Python exception here becomes the spawn's error, naming this rank, as
+  // the Python traceback construct() wrote (no C++ names around it).
+  try {
+    instance_ = runtime.attr("construct")(py::bytes(spawnPayload));
+  } catch (py::error_already_set& e) {
+    std::string report = py::str(e.value());
+    throw PythonError(report);
+  }
   dispatch_ = runtime.attr("dispatch");
   handle<PyCall>([this](const PyCall& call) {
     std::string outcome;
@@ -31,6 +37,7 @@ PyActor::PyActor(std::string spawnPayload) {
     }
     // Thrown without the GIL: the mailbox logs it (with the traceback) and
     // tells the modules, or the reduce fails this member.
+    if (!outcome.empty() && outcome[0] == kFatalTag) throw ActorFatal(outcome.substr(1));
     if (call.report && !outcome.empty() && outcome[0] == kRaisedTag)
       throw PythonError(outcome.substr(1));
     return PyOutcome{std::move(outcome)};
@@ -41,18 +48,21 @@ PyActor::PyActor(std::string spawnPayload) {
     bool report = !payload.empty() && payload[0] != 0;
     wire::Payload reply;
     std::string failure;
+    bool fatal = false;
     {
       Gil gil;
       py::tuple parts = dispatch_(instance_, viewOf(std::move(payload), 1), report, true);
       py::bytes head = parts[0];
       std::string_view tagged = head;
-      if (report && !tagged.empty() && tagged[0] == kRaisedTag) {
+      fatal = !tagged.empty() && tagged[0] == kFatalTag;
+      if (fatal || (report && !tagged.empty() && tagged[0] == kRaisedTag)) {
         failure = tagged.substr(1);
       } else {
         reply = payloadOf("", head, parts[1]);
       }
     }
     // Thrown without the GIL, as above.
+    if (fatal) throw ActorFatal(failure);
     if (!failure.empty()) throw PythonError(failure);
     return crown::detail::HandlerResult{kRawOutcomeType, std::move(reply)};
   });

@@ -4,8 +4,10 @@
 // any actor. A Python exception in a call with a caller travels back as a
 // value (a pickled outcome); in a call nobody answers to (broadcast, a
 // port's send) or whose replies are folded (a reduce), PyActor throws it as
-// PythonError, so the mailbox logs it on this rank and hands it to
-// Proc::Module::actorFailed, or the reduce fails that member.
+// PythonError, so the mailbox logs it on this rank and the actor dies
+// (Proc::Module::actorFailed tells its owner), or the reduce fails that
+// member. A BaseException that is not an Exception (SystemExit,
+// KeyboardInterrupt) kills the actor under any call: thrown as ActorFatal.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -19,9 +21,10 @@
 
 namespace crown::python {
 
-/// The outcome tags of crown._runtime (VALUE, RAISED).
+/// The outcome tags of crown._runtime (VALUE, RAISED, FATAL).
 constexpr char kValueTag = '\x00';
 constexpr char kRaisedTag = '\x01';
+constexpr char kFatalTag = '\x02';
 
 /// Direct calls and sends skip C++ encoding: a RawCall's payload is a flag
 /// byte (1: report a Python exception as PythonError, as PyCall::report),
@@ -53,9 +56,9 @@ struct PyOutcome {
 };
 
 /// A Python exception thrown through C++: its text report with the traceback.
-class PythonError : public Error {
+class PythonError : public UserCodeError {
  public:
-  using Error::Error;
+  using UserCodeError::UserCodeError;
 };
 
 class PyActor : public Actor {

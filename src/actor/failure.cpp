@@ -16,6 +16,8 @@ RemoteFailure describeFailure(std::exception_ptr error, Rank rank) {
     failure = {RemoteFailure::kProcessLost, "", e.reason(), "", e.host(), e.rank()};
   } catch (const ActorStopped& e) {
     failure = {RemoteFailure::kActorStopped, "", e.what(), "", "", rank};
+  } catch (const ActorFailed& e) {
+    failure = {RemoteFailure::kActorFailed, "", e.cause(), e.actor(), e.host(), e.rank()};
   } catch (const std::exception& e) {
     failure = {RemoteFailure::kOther, wire::demangle(typeid(e).name()), e.what(), "", "", rank};
   } catch (...) {
@@ -33,6 +35,9 @@ std::exception_ptr toException(const RemoteFailure& failure) {
       return std::make_exception_ptr(ActorStopped(failure.message));
     case RemoteFailure::kProcessLost:
       return std::make_exception_ptr(ProcessLost(failure.rank, failure.host, failure.message));
+    case RemoteFailure::kActorFailed:
+      return std::make_exception_ptr(
+          ActorFailed(failure.rank, failure.host, failure.actor, failure.message));
     default:
       return std::make_exception_ptr(Error(failure.message));
   }

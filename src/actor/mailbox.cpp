@@ -51,6 +51,7 @@ struct Mailboxes::Cell {
   std::deque<Delivery> mailbox;
   ReorderBuffer<Delivery> order;
   bool scheduled = false;
+  bool closed = false;  // removed: nothing more is handled, whatever arrives is refused
 
   // With `mutex` held: true when the caller must schedule the drain of what
   // the mailbox holds (none is queued or running).
@@ -93,9 +94,32 @@ ActorId Mailboxes::host(std::unique_ptr<Actor> actor, std::uint64_t local, std::
   return id;
 }
 
-bool Mailboxes::remove(std::uint64_t local) {
-  std::lock_guard lock(mutex_);
-  return cells_.erase(local) > 0;
+bool Mailboxes::remove(std::uint64_t local, const RemoteFailure* death) {
+  std::shared_ptr<Cell> cell;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = cells_.find(local);
+    if (it == cells_.end()) return false;
+    cell = std::move(it->second);
+    cells_.erase(it);
+    if (death) deaths_.emplace(local, *death);
+  }
+  std::deque<Delivery> waiting;
+  {
+    std::lock_guard lock(cell->mutex);
+    cell->closed = true;
+    waiting.swap(cell->mailbox);
+    cell->order.takeAll(waiting);
+  }
+  // DLV-1: what waited fails now, not when the sender gives up.
+  RemoteFailure why = death ? *death
+                            : RemoteFailure{RemoteFailure::kActorStopped, "",
+                                            "actor '" + cell->actor->name() + "' (" +
+                                                wire::toString(cell->actor->id()) +
+                                                ") was stopped before it handled this message",
+                                            "", "", proc_.rank()};
+  for (auto& delivery : waiting) refuse(delivery, why);
+  return true;  // the actor itself goes with the last reference to its cell (a running drain's)
 }
 
 std::shared_ptr<Mailboxes::Cell> Mailboxes::find(std::uint64_t local) {
@@ -104,19 +128,31 @@ std::shared_ptr<Mailboxes::Cell> Mailboxes::find(std::uint64_t local) {
   return it == cells_.end() ? nullptr : it->second;
 }
 
+RemoteFailure Mailboxes::absent(const wire::ActorId& dest) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = deaths_.find(dest.local);
+    if (it != deaths_.end()) return it->second;
+  }
+  return RemoteFailure{RemoteFailure::kActorStopped, "",
+                       "no actor " + wire::toString(dest) + " (never spawned, or stopped)", "",
+                       "", proc_.rank()};
+}
+
 void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
   std::shared_ptr<Cell> cell = find(delivery.envelope.dest.local);
   if (!cell) {
-    std::string why =
-        "no actor " + wire::toString(delivery.envelope.dest) + " (never spawned, or stopped)";
-    refuse(delivery, RemoteFailure{RemoteFailure::kActorStopped, "", why, "", "", proc_.rank()});
+    refuse(delivery, absent(delivery.envelope.dest));
     return;
   }
   bool schedule = false;
   std::optional<Delivery> late;
+  std::optional<Delivery> tooLate;  // its actor was removed since find()
   {
     std::lock_guard lock(cell->mutex);
-    if (delivery.envelope.seq == 0) {
+    if (cell->closed) {
+      tooLate.emplace(std::move(delivery));
+    } else if (delivery.envelope.seq == 0) {
       cell->mailbox.push_back(std::move(delivery));
     } else {
       ActorId sender = delivery.envelope.sender;
@@ -141,6 +177,7 @@ void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
     schedule = cell->claimDrain();
   }
   if (schedule) scheduleDrain(cell, onThisThread);
+  if (tooLate) refuse(*tooLate, absent(tooLate->envelope.dest));
   if (late) {
     refuse(*late, RemoteFailure{RemoteFailure::kOther, "",
                                 "message " + std::to_string(late->envelope.seq) + " from " +
@@ -211,7 +248,7 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
     Delivery delivery;
     {
       std::lock_guard lock(cell->mutex);
-      if (cell->mailbox.empty() || stopping_) {
+      if (cell->mailbox.empty() || stopping_ || cell->closed) {
         cell->scheduled = false;
         --activeDrains_;
         return;
@@ -233,6 +270,8 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   Proc* outerProc = std::exchange(t_currentProc, &proc_);
   std::optional<HandlerResult> result;
   RemoteFailure failure{RemoteFailure::kRaised, "", "", actor.name(), "", proc_.rank()};
+  bool fatal = false;  // the actor must die, whatever the message's kind
+  std::string cause;   // what a death reports: the error as the user reads it
   try {
     const Handler* handler = ActorAccess::find(actor, envelope.type);
     if (!handler) {
@@ -243,12 +282,32 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   } catch (const std::exception& e) {
     failure.type = wire::demangle(typeid(e).name());
     failure.message = e.what();
+    fatal = dynamic_cast<const ActorFatal*>(&e) != nullptr;
+    // User code's report names its own error: no C++ type name around it.
+    if (fatal || dynamic_cast<const UserCodeError*>(&e) != nullptr) failure.type.clear();
+    cause = failure.type.empty() ? failure.message : failure.type + ": " + failure.message;
   } catch (...) {
     failure.type = "unknown exception";
     failure.message = "a handler threw something that is not a std::exception";
+    cause = failure.type + ": " + failure.message;
   }
   t_currentActor = outer;
   t_currentProc = outerProc;
+  bool oneWay = !delivery.complete && envelope.kind != MessageKind::kRequest;
+  if (oneWay && !result) {
+    log::get().error("actor '{}' failed handling one-way {}: {}", actor.name(), envelope.type,
+                     cause);
+  }
+  // Design.md's failure model: a user actor whose one-way message failed
+  // (nobody else hears of it), or whose handler was fatal, dies. It is
+  // removed before its caller hears, so nothing sent after that reaches it;
+  // system agents serve on.
+  bool dies = !result && (fatal || oneWay) && actor.id().local >= kFirstActorLocalId;
+  if (dies) {
+    failure = RemoteFailure{RemoteFailure::kActorFailed, "", cause, actor.name(),
+                            proc_.host(proc_.rank()), proc_.rank()};
+    proc_.failLocal(actor.id().local, ActorFailed(failure.rank, failure.host, actor.name(), cause));
+  }
   if (delivery.complete) {
     if (result) {
       delivery.complete(
@@ -256,21 +315,15 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
     } else {
       delivery.complete(Outcome{toException(failure), {}, {}});
     }
-    return;
-  }
-  if (envelope.kind != MessageKind::kRequest) {
-    if (!result) {
-      log::get().error("actor '{}' failed handling one-way {}: {}: {}", actor.name(),
-                       envelope.type, failure.type, failure.message);
-      for (Proc::Module* module : proc_.modules())
-        module->actorFailed(actor.id(), actor.name(), failure.type + ": " + failure.message);
+  } else if (envelope.kind == MessageKind::kRequest) {
+    if (result) {
+      reply_(envelope, MessageKind::kReply, std::move(result->type), std::move(result->payload));
+    } else {
+      replyFailure(envelope, failure);
     }
-    return;
   }
-  if (result) {
-    reply_(envelope, MessageKind::kReply, std::move(result->type), std::move(result->payload));
-  } else {
-    replyFailure(envelope, failure);
+  if (!result && (oneWay || dies)) {
+    for (Proc::Module* module : proc_.modules()) module->actorFailed(actor.id(), actor.name(), cause);
   }
 }
 

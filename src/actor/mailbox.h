@@ -44,8 +44,10 @@ class Mailboxes {
   /// Hosts `actor` at `local`; throws ConfigError when the id is taken.
   ActorId host(std::unique_ptr<Actor> actor, std::uint64_t local, std::string name);
   /// Forgets actor `local` (a running handler keeps it alive until it
-  /// returns); false when there was none.
-  bool remove(std::uint64_t local);
+  /// returns) and refuses what waited in its mailbox; false when there was
+  /// none. With `death` (a kActorFailed failure) the actor died: the waiting
+  /// messages, and every later one, are refused with it.
+  bool remove(std::uint64_t local, const RemoteFailure* death = nullptr);
   /// `onThisThread`: run the drain on this pool thread right after its
   /// current task (the read that delivered the message), saving a hand-off.
   void enqueue(Delivery&& delivery, bool onThisThread);
@@ -60,6 +62,8 @@ class Mailboxes {
   struct Cell;
   void scheduleDrain(const std::shared_ptr<Cell>& cell, bool onThisThread);
   std::shared_ptr<Cell> find(std::uint64_t local);
+  /// Why a message to `dest`, which is not hosted here, is refused.
+  RemoteFailure absent(const wire::ActorId& dest);
   void replyFailure(const wire::Envelope& request, const RemoteFailure& failure);
   void armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
                    std::chrono::steady_clock::duration delay);
@@ -78,6 +82,9 @@ class Mailboxes {
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> cells_;
+  // Actors that died, and why: later messages to them are refused with the
+  // cause. Local ids are never reused; entries are few (one per dead actor).
+  std::unordered_map<std::uint64_t, RemoteFailure> deaths_;
 };
 
 }  // namespace crown::detail

@@ -320,9 +320,16 @@ void Proc::setRawAgent(std::uint64_t local, RawHandler handler) {
   impl_->router.setRawAgent(local, std::move(handler));
 }
 
-void Proc::stopLocal(std::uint64_t local) {
+void Proc::stopLocal(std::uint64_t local) { removeLocal(local, nullptr); }
+
+void Proc::failLocal(std::uint64_t local, const ActorFailed& death) {
+  auto failure = detail::describeFailure(std::make_exception_ptr(death), death.rank());
+  removeLocal(local, &failure);
+}
+
+void Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death) {
   CROWN_CHECK(local != kAgentLocalId, "the proc agent cannot be stopped");
-  if (!impl_->mailboxes.remove(local)) return;
+  if (!impl_->mailboxes.remove(local, death)) return;
   impl_->sequencer.forgetSender({impl_->options.rank, local});
   impl_->flow.forgetActor({impl_->options.rank, local});
   for (Module* module : impl_->modules) module->actorStopped(local);

@@ -25,6 +25,9 @@ std::unique_ptr<Actor> constructActor(const std::string& key, const std::string&
   }
   try {
     return (*factory)(args);
+  } catch (const UserCodeError& e) {  // its own report (a traceback) says what happened
+    throw UserCodeError("the constructor of '" + name + "' on rank " + std::to_string(rank) +
+                        " raised:\n" + e.what());
   } catch (const std::exception& e) {
     throw Error("constructor of '" + name + "' (" + key + ") threw " +
                 wire::demangle(typeid(e).name()) + ": " + e.what());

@@ -114,6 +114,14 @@ class ReorderBuffer {
     return result;
   }
 
+  /// The actor is gone: every held message is appended to out (to be
+  /// refused), and the buffer forgets every sender.
+  void takeAll(std::deque<Item>& out) {
+    for (auto& [sender, state] : senders_)
+      for (auto& [seq, held] : state.held) out.push_back(std::move(held.item));
+    senders_.clear();
+  }
+
  private:
   struct Held {
     Item item;

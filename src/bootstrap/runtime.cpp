@@ -20,6 +20,7 @@
 #include "crown/common/log.h"
 #include "crown/mesh/module.h"
 #include "crown/rdma/module.h"
+#include "crown/supervision/module.h"
 #include "crown/transport/transport.h"
 
 namespace crown {
@@ -261,7 +262,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
                             pool,
                             /*stopsPool=*/true,
                             {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule(),
-                             rdma::rdmaModule(pool)},
+                             rdma::rdmaModule(pool), supervision::supervisionModule()},
                             self.mpi_->service};
   transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as self
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));

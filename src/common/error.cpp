@@ -3,8 +3,8 @@
 namespace crown {
 
 RemoteError::RemoteError(std::string type, std::string message, Rank rank, std::string actor)
-    : Error("rank " + std::to_string(rank) + ", actor '" + actor + "' raised " + type + ": " +
-            message),
+    : Error("rank " + std::to_string(rank) + ", actor '" + actor + "'" +
+            (type.empty() ? ": " : " raised " + type + ": ") + message),
       type_(std::move(type)),
       message_(std::move(message)),
       rank_(rank),
@@ -16,6 +16,14 @@ ProcessLost::ProcessLost(Rank rank, std::string host, std::string reason)
       rank_(rank),
       host_(std::move(host)),
       reason_(std::move(reason)) {}
+
+ActorFailed::ActorFailed(Rank rank, std::string host, std::string actor, std::string cause)
+    : Error("actor '" + actor + "' on rank " + std::to_string(rank) +
+            (host.empty() ? "" : " (" + host + ")") + " has died: " + cause),
+      rank_(rank),
+      host_(std::move(host)),
+      actor_(std::move(actor)),
+      cause_(std::move(cause)) {}
 
 namespace detail {
 void throwCheckFailed(const char* file, int line, const std::string& what) {

@@ -40,7 +40,8 @@ class SilenceableTransport final : public transport::Transport {
 
 }  // namespace
 
-SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims)
+SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims,
+                               std::vector<Proc::ModuleFactory> layersAbove)
     : shape_(dims.empty() ? Shape{{"procs", procs}} : Shape(dims)),
       pool_(std::make_shared<transport::IoPool>()) {
   if (shape_.size() != procs) {
@@ -53,7 +54,9 @@ SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims)
   auto hosts = std::make_shared<const std::vector<std::string>>(procs, "sim");
   procs_.reserve(procs);
   for (Rank rank = 0; rank < size; ++rank) {
-    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, {meshModule()}, nullptr};
+    std::vector<Proc::ModuleFactory> modules{meshModule()};
+    modules.insert(modules.end(), layersAbove.begin(), layersAbove.end());
+    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, modules, nullptr};
     // The in-process transport needs no endpoints.
     auto transport = std::make_unique<SilenceableTransport>(
         transport::makeLocalTransport(hub_, rank), rank, silenced_);

@@ -47,10 +47,12 @@ class Proc::Module {
   virtual void peerLost(Rank /*peer*/, const std::string& /*reason*/) {}
   /// Actor `local` of this Proc was stopped; its id is not reused.
   virtual void actorStopped(std::uint64_t /*local*/) {}
-  /// An actor of this Proc failed where no caller hears of it: a one-way
-  /// message (a send, a broadcast, a port) whose handler threw. `what` holds
-  /// the error (for a Python actor, its traceback). The supervision layer
-  /// builds on this. The thread that ran the handler.
+  /// An actor of this Proc failed where no caller hears of it (a one-way
+  /// message, a send, a broadcast, a port, whose handler threw), or a
+  /// handler threw ActorFatal. A user actor (not a system agent) has died
+  /// by then (Proc::failLocal). `what` holds the error (for a Python actor,
+  /// its traceback). The supervision layer builds on this. The thread that
+  /// ran the handler.
   virtual void actorFailed(const ActorId& /*actor*/, const std::string& /*name*/,
                            const std::string& /*what*/) {}
 };

@@ -26,6 +26,8 @@
 namespace crown {
 
 namespace detail {
+struct RemoteFailure;  // failure.h
+
 /// How a request ended, before the reply is decoded into its type.
 struct Outcome {
   std::exception_ptr error;  ///< set on failure
@@ -158,6 +160,10 @@ class Proc {
   /// fail with ActorStopped. Its order state goes with it, and the modules
   /// hear of it (Module::actorStopped).
   void stopLocal(std::uint64_t local);
+  /// As stopLocal, for an actor that died of `death` (design.md's failure
+  /// model): what waits in its mailbox, and every later message, is refused
+  /// with it (ActorFailed), not as stopped.
+  void failLocal(std::uint64_t local, const ActorFailed& death);
   /// Forgets the ORD-1 counters of messages sent from here to actor `local`
   /// of any rank: for a mesh that was stopped, whose id is never reused.
   void forgetDestination(std::uint64_t local);
@@ -211,6 +217,8 @@ class Proc {
   void cancelRequest(std::uint64_t requestId);
 
  private:
+  void removeLocal(std::uint64_t local, const detail::RemoteFailure* death);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -43,7 +43,8 @@ class ProtocolError : public Error {
 };
 
 /// The handler of a request threw. Carries the remote exception's type name,
-/// message, and where it ran.
+/// message (type empty: user code whose message names its own error), and
+/// where it ran.
 class RemoteError : public Error {
  public:
   RemoteError(std::string type, std::string message, Rank rank, std::string actor);
@@ -82,6 +83,42 @@ class Timeout : public Error {
 
 /// The destination actor does not exist (never spawned, or stopped).
 class ActorStopped : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The destination actor died (design.md, failure model): a one-way message's
+/// handler threw, or a handler threw ActorFatal. It refuses every message
+/// from then on, with this error naming the cause.
+class ActorFailed : public Error {
+ public:
+  ActorFailed(Rank rank, std::string host, std::string actor, std::string cause);
+  Rank rank() const { return rank_; }
+  const std::string& host() const { return host_; }
+  /// The actor's name (its mesh's).
+  const std::string& actor() const { return actor_; }
+  /// Why it died: the error its handler threw (for Python, the traceback).
+  const std::string& cause() const { return cause_; }
+
+ private:
+  Rank rank_;
+  std::string host_;
+  std::string actor_;
+  std::string cause_;
+};
+
+/// Thrown by a handler whose actor must not live on (a Python BaseException
+/// such as SystemExit escaped it): the actor dies as in ActorFailed, and the
+/// request it was handling, if any, fails with ActorFailed.
+class ActorFatal : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An error raised by user code in another language (Python), whose what()
+/// is its own report (a traceback): crown passes it on as it is, with no C++
+/// type names around it.
+class UserCodeError : public Error {
  public:
   using Error::Error;
 };

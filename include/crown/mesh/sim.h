@@ -21,8 +21,10 @@ namespace crown::mesh {
 class SimulatedWorld {
  public:
   /// `procs` virtual procs; world() has the shape `dims` (default {"procs": procs}),
-  /// whose sizes must multiply to procs.
-  explicit SimulatedWorld(std::size_t procs, std::vector<Dim> dims = {});
+  /// whose sizes must multiply to procs. Each proc has the mesh module, then
+  /// `layersAbove` (the modules of layers above mesh, for their tests).
+  explicit SimulatedWorld(std::size_t procs, std::vector<Dim> dims = {},
+                          std::vector<Proc::ModuleFactory> layersAbove = {});
   /// Stops every proc, then the pool.
   ~SimulatedWorld();
   SimulatedWorld(const SimulatedWorld&) = delete;

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "crown/actor/agent.h"
 #include "crown/actor/module.h"
 #include "crown/actor/spawn.h"
 #include "crown/transport/local.h"
@@ -132,18 +133,79 @@ TEST_F(ModuleTest, ModulesHearOfStoppedActorsLostPeersAndTheProcStopping) {
                                       "lost 2", "stop"}));
 }
 
-// A one-way message whose handler throws has no caller to tell: the
-// modules hear of it (the supervision path), and a request's failure
-// still goes to its caller only.
+// A one-way message whose handler throws has no caller to tell: the actor
+// dies (design.md's failure model) and the modules hear of it (the
+// supervision path); a request's failure goes to its caller only, and the
+// actor lives on.
 TEST_F(ModuleTest, ModulesHearOfHandlersThatFailWithNobodyToTell) {
   boot(2, {recorder()});
   ActorId grumpy = procs_[1]->spawnLocal(std::make_unique<Grumpy>(), "grumpy");
   EXPECT_THROW(procs_[0]->request<int>(grumpy, Echo{1}).get(5s), RemoteError);
   procs_[0]->send(grumpy, Echo{2});
   auto* module = procs_[1]->findModule<Recorder>();
+  for (int i = 0; i < 500 && module->events().size() < 4; ++i) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(module->events(),
+            (std::vector<std::string>{"install", "start", "stopped " + std::to_string(grumpy.local),
+                                      "failed grumpy: std::domain_error: no 2"}));
+}
+
+class Fatal : public Actor {
+ public:
+  Fatal() {
+    handle<Echo>([](const Echo& echo) -> int {
+      if (echo.n < 0) throw ActorFatal("SystemExit: " + std::to_string(-echo.n));
+      return echo.n;
+    });
+  }
+};
+
+// A dead actor refuses what waited in its mailbox and everything sent later
+// with ActorFailed naming the cause (DLV-1: nothing waits for it).
+TEST_F(ModuleTest, ADeadActorRefusesWaitingAndLaterMessagesWithTheCause) {
+  boot(2, {recorder()});
+  ActorId grumpy = procs_[1]->spawnLocal(std::make_unique<Grumpy>(), "grumpy");
+  procs_[0]->send(grumpy, Echo{7});
+  std::vector<Future<int>> queued;
+  for (int i = 0; i < 50; ++i) queued.push_back(procs_[0]->request<int>(grumpy, Echo{i}));
+  for (auto& future : queued) {
+    try {
+      future.get(5s);
+      FAIL() << "a request to a dead actor was answered";
+    } catch (const ActorFailed& e) {
+      EXPECT_EQ(e.rank(), 1u);
+      EXPECT_EQ(e.actor(), "grumpy");
+      EXPECT_EQ(e.cause(), "std::domain_error: no 7");
+    }
+  }
+  EXPECT_THROW(procs_[0]->request<int>(grumpy, Echo{1}).get(5s), ActorFailed);
+}
+
+// ActorFatal kills the actor under a request too; the request says so.
+TEST_F(ModuleTest, AFatalHandlerKillsItsActorAndFailsItsRequest) {
+  boot(2, {recorder()});
+  ActorId fatal = procs_[1]->spawnLocal(std::make_unique<Fatal>(), "fatal");
+  EXPECT_EQ(procs_[0]->request<int>(fatal, Echo{5}).get(5s), 5);
+  try {
+    procs_[0]->request<int>(fatal, Echo{-3}).get(5s);
+    FAIL() << "a fatal handler answered";
+  } catch (const ActorFailed& e) {
+    EXPECT_EQ(e.cause(), "SystemExit: 3");  // the report as the user wrote it: no C++ type
+  }
+  EXPECT_THROW(procs_[0]->request<int>(fatal, Echo{5}).get(5s), ActorFailed);
+  auto* module = procs_[1]->findModule<Recorder>();
+  for (int i = 0; i < 500 && module->events().size() < 4; ++i) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(module->events().back(), "failed fatal: SystemExit: 3");
+}
+
+// System agents serve on whatever a one-way message to them does.
+TEST_F(ModuleTest, TheProcAgentSurvivesAFailingOneWayMessage) {
+  boot(2, {recorder()});
+  procs_[0]->send(ActorId{1, kAgentLocalId}, Echo{1});  // it has no handler for Echo
+  auto* module = procs_[1]->findModule<Recorder>();
   for (int i = 0; i < 500 && module->events().size() < 3; ++i) std::this_thread::sleep_for(2ms);
-  EXPECT_EQ(module->events(), (std::vector<std::string>{"install", "start",
-                                                        "failed grumpy: std::domain_error: no 2"}));
+  ASSERT_EQ(module->events().size(), 3u);
+  EXPECT_NE(module->events()[2].find("failed"), std::string::npos);
+  EXPECT_EQ(procs_[0]->request<Rank>(ActorId{1, kAgentLocalId}, agent::Ping{}).get(5s), 1u);
 }
 
 TEST_F(ModuleTest, AModuleClaimingTooManyIdsFailsTheProcClearly) {

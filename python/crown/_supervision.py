@@ -1,0 +1,95 @@
+"""Failures of mesh members, told to the mesh's owner (design.md's failure model).
+
+A member dies on its rank when an endpoint with no caller raises (a
+broadcast, a port's send), or when a BaseException such as SystemExit
+escapes any endpoint; it then refuses every message with the cause
+(SupervisionError). The C++ supervision layer tells the rank that spawned
+the mesh, where member_failed() runs: the owner is the actor whose endpoint
+spawned it, which hears through its ``__supervise__`` in its own turn, or
+the controller, whose ``crown.actor.unhandled_fault_hook`` is called. The
+default hook ends the job non-zero (Monarch's default): the report is
+printed, the controller's main thread gets a KeyboardInterrupt, and the job's
+exit code is 1 whatever main does next.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import threading
+from typing import Dict, NamedTuple, Optional
+
+from . import _crown, _pickle, _runtime
+
+
+class MeshFailure:
+    """A member of a mesh you own died: ``mesh`` (the ActorMesh), ``mesh_name``,
+    ``rank`` and ``host`` of the member, ``cause`` (why, with the Python
+    traceback), and ``report()``, the text to print."""
+
+    def __init__(self, mesh, mesh_name: str, rank: int, host: str, cause: str):
+        self.mesh = mesh
+        self.mesh_name = mesh_name
+        self.rank = rank
+        self.host = host
+        self.cause = cause
+
+    def report(self) -> str:
+        return (f"actor mesh '{self.mesh_name}': the member on rank {self.rank} "
+                f"({self.host}) died: {self.cause}")
+
+    def __str__(self):
+        return self.report()
+
+    def __repr__(self):
+        return f"MeshFailure(mesh_name={self.mesh_name!r}, rank={self.rank}, host={self.host!r})"
+
+
+class _Owned(NamedTuple):
+    owner: Optional[int]  # the owning actor's local id on this rank; None: the controller
+    shape: _crown.Shape
+    cls: type
+    name: str
+
+
+_owned: Dict[int, _Owned] = {}  # mesh id -> who owns it (meshes spawned on this rank)
+_lock = threading.Lock()
+unhandled = []  # failures no hook handled on this rank: the job ends non-zero
+
+
+def spawned(local: int, shape, cls: type, name: str) -> None:
+    """Remembers who owns a mesh just spawned here: the actor whose endpoint
+    runs on this thread, else the controller."""
+    actor = _crown.current_actor()
+    with _lock:
+        _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name)
+
+
+def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:
+    """From the supervision agent of this rank (python/src/bind_runtime.cpp), one
+    report at a time."""
+    with _lock:
+        owned = _owned.get(mesh)
+    from .actor import ActorMesh
+
+    actor_mesh = ActorMesh(owned.shape, mesh, owned.cls, name) if owned else None
+    failure = MeshFailure(actor_mesh, name, rank, host, cause)
+    if owned is not None and owned.owner is not None:
+        # In the owner's turn, as a one-way call: when it is not handled the
+        # owner dies of it, and its own owner hears (PyActor, _runtime.supervise).
+        _crown.send(_crown.rank(), owned.owner,
+                    *_pickle.dumps_parts((_runtime.SUPERVISE, (failure,), {})))
+        return
+    _fault_on_controller(failure)
+
+
+def _fault_on_controller(failure) -> None:
+    from . import actor
+
+    try:
+        actor.unhandled_fault_hook(failure)
+    except BaseException:  # noqa: BLE001 - sys.exit included: the fault is unhandled
+        print(f"crown: unhandled failure, ending the job: {failure.report()}", file=sys.stderr,
+              flush=True)
+        unhandled.append(failure)
+        _thread.interrupt_main()  # only the main thread may end the program

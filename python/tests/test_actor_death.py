@@ -1,0 +1,194 @@
+"""Actor death and supervision (design.md's failure model, Monarch's rules).
+
+An actor dies when an endpoint with no caller raises (a broadcast) or when a
+BaseException such as SystemExit escapes any endpoint; a dead actor refuses
+every message with SupervisionError naming the cause, and the owner of its
+mesh hears: an actor's __supervise__, or the controller's
+crown.actor.unhandled_fault_hook. An ordinary exception under a call fails
+only that call.
+"""
+
+import queue
+
+import pytest
+
+import crown
+import crown.actor
+from crown import Actor, endpoint
+from crown.actor import MeshError, SupervisionError
+
+WAIT = 20  # seconds: a failure report crosses two ranks at most
+
+
+class Member(Actor):
+    def __init__(self):
+        self.handled = 0
+
+    @endpoint
+    def work(self, fail_on=None):
+        self.handled += 1
+        if fail_on is not None and crown.actor.current_rank().rank == fail_on:
+            raise ValueError(f"member {fail_on} gives up")
+        return self.handled
+
+    @endpoint
+    def leave(self):
+        raise SystemExit(3)
+
+    @endpoint
+    def raise_plainly(self):
+        raise KeyError("only this call")
+
+
+class Parent(Actor):
+    """Owns a child mesh on every rank; how it supervises is its argument."""
+
+    def __init__(self, verdict):
+        self.verdict = verdict
+        self.failures = []
+        self.children = None
+
+    @endpoint
+    def spawn_children(self, name):
+        self.children = crown.world_flat().spawn(name, Member)
+        return len(self.children)
+
+    @endpoint
+    def fail_child(self, rank):
+        self.children.work.broadcast(fail_on=rank)
+
+    @endpoint
+    def seen(self):
+        return [(f.mesh_name, f.rank, f.report()) for f in self.failures]
+
+    def __supervise__(self, failure):
+        self.failures.append(failure)
+        if self.verdict == "raise":
+            raise RuntimeError("supervisor overwhelmed")
+        return self.verdict == "handle"
+
+
+class AsyncParent(Parent):
+    async def __supervise__(self, failure):
+        self.failures.append(failure)
+        return True
+
+
+@pytest.fixture
+def faults():
+    """The controller's fault hook, recording instead of ending the job."""
+    seen = queue.Queue()
+    previous = crown.actor.unhandled_fault_hook
+    crown.actor.unhandled_fault_hook = seen.put
+    yield seen
+    crown.actor.unhandled_fault_hook = previous
+
+
+def _next(faults):
+    try:
+        return faults.get(timeout=WAIT)
+    except queue.Empty:
+        raise AssertionError(f"no failure reached the controller within {WAIT} s") from None
+
+
+def test_a_raising_broadcast_kills_that_member_and_its_owner_hears(faults):
+    members = crown.world_flat().spawn("dies_on_broadcast", Member)
+    members.work.broadcast(fail_on=2)
+    failure = _next(faults)
+    assert failure.mesh_name == "dies_on_broadcast"
+    assert failure.rank == 2
+    assert "member 2 gives up" in failure.cause and "ValueError" in failure.cause
+    assert failure.mesh.size() == 4
+    assert "rank 2" in failure.report()
+    with pytest.raises(SupervisionError) as dead:
+        members.slice(ranks=2).work.call_one().get(timeout=WAIT)
+    assert dead.value.rank == 2
+    assert "member 2 gives up" in dead.value.cause
+    # The others live on, each having handled the broadcast and this call.
+    assert members.slice(ranks=slice(0, 2)).work.call().get(timeout=WAIT).values() == [2, 2]
+    assert members.slice(ranks=3).work.call_one().get(timeout=WAIT) == 2
+    assert faults.empty()
+
+
+def test_a_call_queued_behind_the_fatal_message_is_refused_with_the_cause(faults):
+    members = crown.world_flat().spawn("queued_behind", Member)
+    one = members.slice(ranks=1)
+    one.work.broadcast(fail_on=1)
+    queued = [one.work.call_one() for _ in range(20)]
+    for future in queued:
+        with pytest.raises(SupervisionError, match="member 1 gives up"):
+            future.get(timeout=WAIT)
+    assert _next(faults).rank == 1
+
+
+def test_system_exit_in_a_call_kills_the_actor_and_the_call_says_so(faults):
+    members = crown.world_flat().spawn("exits", Member)
+    with pytest.raises(SupervisionError, match="SystemExit") as dead:
+        members.slice(ranks=3).leave.call_one().get(timeout=WAIT)
+    assert dead.value.rank == 3
+    assert _next(faults).rank == 3
+    with pytest.raises(SupervisionError, match="SystemExit"):
+        members.slice(ranks=3).work.call_one().get(timeout=WAIT)
+
+
+def test_an_ordinary_exception_under_a_call_fails_only_that_call(faults):
+    members = crown.world_flat().spawn("lives_on", Member)
+    one = members.slice(ranks=1)
+    with pytest.raises(crown.actor.ActorError, match="only this call"):
+        one.raise_plainly.call_one().get(timeout=WAIT)
+    assert one.work.call_one().get(timeout=WAIT) == 1
+    with pytest.raises(queue.Empty):
+        faults.get(timeout=1)
+
+
+@pytest.mark.parametrize("cls", [Parent, AsyncParent])
+def test_a_supervise_that_handles_keeps_the_owner_alive(faults, cls):
+    parent = crown.world_flat().slice(ranks=1).spawn(f"parent_{cls.__name__}", cls, "handle")
+    assert parent.spawn_children.call_one(f"children_{cls.__name__}").get(timeout=WAIT) == 4
+    parent.fail_child.call_one(3).get(timeout=WAIT)
+    seen = []
+    for _ in range(WAIT * 10):
+        seen = parent.seen.call_one().get(timeout=WAIT)
+        if seen:
+            break
+        import time
+
+        time.sleep(0.1)
+    assert len(seen) == 1, seen
+    name, rank, report = seen[0]
+    assert (name, rank) == (f"children_{cls.__name__}", 3)
+    assert "member 3 gives up" in report
+    with pytest.raises(queue.Empty):
+        faults.get(timeout=1)  # handled below: the controller never hears
+
+
+@pytest.mark.parametrize("verdict, says", [("pass", "did not handle"),
+                                           ("raise", "supervisor overwhelmed")])
+def test_an_unhandled_failure_kills_the_owner_and_goes_up(faults, verdict, says):
+    parent = crown.world_flat().slice(ranks=2).spawn(f"parent_{verdict}", Parent, verdict)
+    parent.spawn_children.call_one(f"children_{verdict}").get(timeout=WAIT)
+    parent.fail_child.call_one(0).get(timeout=WAIT)
+    failure = _next(faults)
+    assert failure.mesh_name == f"parent_{verdict}"
+    assert failure.rank == 2
+    assert says in failure.cause
+    assert "member 0 gives up" in failure.cause  # caused by the child's failure
+    with pytest.raises(SupervisionError):
+        parent.seen.call_one().get(timeout=WAIT)
+
+
+class BadInit(Actor):
+    def __init__(self):
+        if crown.actor.current_rank().rank == 1:
+            raise ValueError("no GPU on this rank")
+
+
+def test_an_init_failure_reads_as_a_python_traceback():
+    with pytest.raises(MeshError) as failed:
+        crown.world_flat().spawn("bad_init", BadInit)
+    text = str(failed.value)
+    assert "Traceback (most recent call last)" in text
+    assert "ValueError: no GPU on this rank" in text
+    assert "rank 1" in text
+    for cxx in ("crown::", "std::", "PyActor", "basic_string"):
+        assert cxx not in text, text
