@@ -22,7 +22,7 @@ def main():
     print("call:", counters.incr.call(2).get())  # a ValueMesh of every counter's value
     print("call_one:", counters.slice(hosts=0, procs=0).incr.call_one().get())
     print("choose:", counters.incr.choose(10).get())
-    print("stream:", sorted(counters.incr.stream(100)))
+    print("stream:", sorted(future.get() for future in counters.incr.stream(100)))
     counters.incr.broadcast(1000)
     print("total:", sum(counters.incr.call(0).get().values()))
 

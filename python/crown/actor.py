@@ -4,10 +4,11 @@ Actors are classes deriving from :class:`Actor` whose methods marked
 :func:`endpoint` can be called from elsewhere through an adverb::
 
     counters = crown.world().spawn("counter", Counter, 0)
-    counters.incr.call(2).get()        # ValueMesh: every actor's reply
+    counters.incr.call(2).get()        # ValueMesh: every actor's reply (raises if one failed)
+    counters.incr.call(2).value_mesh() # ValueMesh with each failed member's error in place
     counters.slice(procs=0).incr.call_one().get()
     counters.incr.choose().get()       # one actor, a different one each time
-    for value in counters.incr.stream(): ...
+    for future in counters.incr.stream(): future.get()   # replies as they arrive
     counters.incr.broadcast()          # no replies
     counters.stop().get()              # the actors go; later calls fail
 
@@ -25,15 +26,17 @@ them to :func:`unhandled_fault_hook`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import math
 import queue
 import sys
 import threading
+import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _crown, _pickle, _runtime, _supervision
 from ._supervision import MeshFailure
@@ -42,13 +45,138 @@ __all__ = [
     "Actor", "endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
     "ActorError", "ActorStoppedError", "SupervisionError", "MeshError", "Channel", "Port",
     "PortReceiver",
-    "Accumulator", "current_rank", "current_size", "context", "this_host", "HostMesh",
-    "MessagesLost", "MeshFailure", "unhandled_fault_hook",
+    "Accumulator", "current_rank", "current_size", "current_actor_name", "context", "this_host",
+    "this_proc", "HostMesh", "Shape", "Slice", "MessagesLost", "MeshFailure",
+    "unhandled_fault_hook",
 ]
+
+R = TypeVar("R")
 
 SupervisionError = _crown.SupervisionError
 MeshError = _crown.MeshError
 Shape = _crown.Shape
+
+
+class Slice:
+    """Which ranks a Shape covers, as Monarch's ``Shape.ndslice``: rank =
+    ``offset + sum(coordinate * stride)``; ``index(rank)`` is a rank's place
+    in row-major order, ``get(index)`` its inverse."""
+
+    def __init__(self, *, offset: int, sizes: List[int], strides: List[int]):
+        if len(sizes) != len(strides):
+            raise ValueError(f"a slice needs one stride per size: sizes {sizes}, strides {strides}")
+        self.offset, self.sizes, self.strides = offset, list(sizes), list(strides)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.sizes)
+
+    def __len__(self):
+        return math.prod(self.sizes)
+
+    def nditem(self, coordinates: List[int]) -> int:
+        """The rank at coordinates; IndexError when they are out of bounds."""
+        if len(coordinates) != self.ndim:
+            raise IndexError(f"{len(coordinates)} coordinates for a slice of {self.ndim} "
+                             f"dimensions")
+        rank = self.offset
+        for coordinate, size, stride in zip(coordinates, self.sizes, self.strides):
+            if not 0 <= coordinate < size:
+                raise IndexError(f"coordinate {coordinate} is out of range for size {size}")
+            rank += coordinate * stride
+        return rank
+
+    def get(self, index: int) -> int:
+        """The rank at row-major place index."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} is out of range for a slice of {len(self)} ranks")
+        coordinates = []
+        for size in reversed(self.sizes):
+            index, coordinate = divmod(index, size)
+            coordinates.append(coordinate)
+        return self.nditem(coordinates[::-1])
+
+    def coordinates(self, value: int) -> List[int]:
+        """The coordinates of rank value; ValueError when it is not in the slice."""
+        rest = value - self.offset
+        coordinates = [0] * self.ndim
+        # Largest stride first: with the strides of a row-major (sub)mesh each
+        # coordinate is the quotient of what is left.
+        for dim in sorted(range(self.ndim), key=lambda d: -self.strides[d]):
+            if self.strides[dim] > 0 and rest >= 0:
+                coordinates[dim], rest = divmod(rest, self.strides[dim])
+        try:
+            if rest == 0 and self.nditem(coordinates) == value:
+                return coordinates
+        except IndexError:
+            pass
+        raise ValueError(f"rank {value} is not in {self!r}")
+
+    def index(self, value: int) -> int:
+        """Rank value's place in row-major order; ValueError when it is not in the slice."""
+        index = 0
+        for coordinate, size in zip(self.coordinates(value), self.sizes):
+            index = index * size + coordinate
+        return index
+
+    def __iter__(self) -> Iterator[int]:
+        return (self.get(i) for i in range(len(self)))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self.get(j) for j in range(*i.indices(len(self))))
+        return self.get(i + len(self) if i < 0 else i)
+
+    def __eq__(self, other):
+        return isinstance(other, Slice) and (self.offset, self.sizes, self.strides) == (
+            other.offset, other.sizes, other.strides)
+
+    def __hash__(self):
+        return hash((self.offset, tuple(self.sizes), tuple(self.strides)))
+
+    def __repr__(self):
+        return f"Slice(offset={self.offset}, sizes={self.sizes}, strides={self.strides})"
+
+
+# Monarch's Shape methods that crown's C++ Shape (python/src/bind_mesh.cpp)
+# lacks, added to it here so that every Shape has them, also those the
+# runtime returns. select keeps crown's form, select({label: index or
+# slice, ...}), beside Monarch's select(label, slice).
+_select_dims = _crown.Shape.select
+
+
+def _shape_select(self, label, selector=None):
+    """``select(label, slice)`` keeps the dimension, restricted (Monarch's
+    form); ``select({label: index or slice, ...})`` selects several at once
+    (an index removes its dimension)."""
+    if isinstance(label, str):
+        if selector is None:
+            raise TypeError(f"select({label!r}) needs a slice (or an index) of that dimension")
+        return _select_dims(self, {label: selector})
+    if selector is not None:
+        raise TypeError("select(dict) takes no second argument")
+    return _select_dims(self, label)
+
+
+def _shape_at(self, label: str, index: int):
+    """The shape without dimension label, at its index (Monarch's Shape.at)."""
+    return _select_dims(self, {label: index})
+
+
+def _shape_index(self, **indices):
+    """``index(hosts=0, gpus=3)``: removes each named dimension, at its index."""
+    return _select_dims(self, indices)
+
+
+def _shape_ndslice(self) -> Slice:
+    _, offset, sizes, strides = self.__getstate__()
+    return Slice(offset=offset, sizes=sizes, strides=strides)
+
+
+_crown.Shape.select = _shape_select
+_crown.Shape.at = _shape_at
+_crown.Shape.index = _shape_index
+_crown.Shape.ndslice = property(_shape_ndslice, doc="The ranks it covers, as a Slice.")
 
 
 class ActorError(_crown.RemoteActorError):
@@ -174,8 +302,11 @@ def _entry_error(error: tuple, actor: str):
     return ActorError(message, rank=rank, actor=actor, remote_type=kind)
 
 
-class Future:
-    """A result to come: ``get(timeout=None)``, or ``await future``."""
+class Future(Generic[R]):
+    """A result to come: ``get(timeout=None)``, or ``await future``. A get
+    that times out (TimeoutError) leaves it pending: get again later."""
+
+    _mesh: Optional["Future"] = None  # call()'s: the ValueMesh with errors in place
 
     def __init__(self, wait: Callable[[Optional[float]], Any]):
         self._wait = wait
@@ -184,7 +315,7 @@ class Future:
         self._value = None
         self._error = None
 
-    def get(self, timeout: Optional[float] = None):
+    def get(self, timeout: Optional[float] = None) -> R:
         with self._lock:
             if not self._done:
                 try:
@@ -200,61 +331,71 @@ class Future:
 
     result = get
 
+    def value_mesh(self, timeout: Optional[float] = None) -> "ValueMesh":
+        """call()'s replies with each failed member's error in its place
+        (ValueMesh.errors()), where get() raises the first failure."""
+        if self._mesh is None:
+            raise TypeError("value_mesh() is for the Future of an endpoint's call(); this "
+                            "Future holds a single result")
+        return self._mesh.get(timeout)
+
     def __await__(self):
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(None, self.get).__await__()
 
 
+def _first_failure(mesh: "ValueMesh", failed: List[Tuple[int, BaseException]]) -> BaseException:
+    """What call().get() raises: the first failed member's error (row-major),
+    the first lost one's when a process is gone (SupervisionError), as a copy
+    whose message says how many others failed, with ``value_mesh`` attached."""
+    lost = [f for f in failed if isinstance(f[1], SupervisionError)]
+    rank, error = (lost or failed)[0]
+    others = [r for r, _ in failed if r != rank]
+    if not others:
+        note = "(the only member of the mesh that failed)"
+    else:
+        shown = ", ".join(map(str, others[:8])) + (", ..." if len(others) > 8 else "")
+        note = (f"({len(others)} other member{'s' if len(others) > 1 else ''} of the mesh "
+                f"failed too: rank{'s' if len(others) > 1 else ''} {shown}; the error's "
+                f"value_mesh holds every member's outcome)")
+    head, newline, rest = str(error).partition("\n")
+    try:
+        raised = type(error)(f"{head} {note}{newline}{rest}")
+        raised.__dict__.update(error.__dict__)  # rank, actor, traceback, exception, host
+        raised.__cause__ = error.__cause__
+    except Exception:  # an error type that takes other arguments: raised as it is
+        raised = error
+    raised.value_mesh = mesh
+    return raised
+
+
+def _all_succeeded(mesh: "ValueMesh") -> "ValueMesh":
+    failed = mesh.errors()
+    if failed:
+        raise _first_failure(mesh, failed)
+    return mesh
+
+
 class Point(dict):
-    """A rank's coordinates in its mesh (a dict label -> index) and its rank."""
+    """A rank's coordinates in its mesh (a dict label -> index) and its rank.
+    ``str()`` reads as Monarch's: ``{'hosts': 0/1, 'gpus': 1/2}`` (index/size)."""
 
     def __init__(self, rank: int, shape: Shape):
         super().__init__(shape.coordinates(rank))
         self.rank = rank
         self.shape = shape
 
+    def size(self, label: str) -> int:
+        """The size of dimension label."""
+        return self.shape.size(label)
+
+    def __str__(self):
+        sizes = dict(self.shape.sizes)
+        return "{" + ", ".join(f"'{label}': {index}/{sizes[label]}"
+                               for label, index in self.items()) + "}"
+
     def __repr__(self):
         return f"Point(rank={self.rank}, {dict(self)})"
-
-
-class ValueMesh:
-    """Replies of a mesh call, one per actor, by coordinates."""
-
-    def __init__(self, shape: Shape, entries: List[Tuple[int, Any, Optional[BaseException]]]):
-        self._shape = shape
-        self._entries = entries  # (rank, value, error) in row-major order
-
-    def __len__(self):
-        return len(self._entries)
-
-    @property
-    def shape(self) -> Shape:
-        return self._shape
-
-    def item(self, **coords):
-        """The value at coords (one index per dimension); raises its error."""
-        index = self._shape.index_of(self._shape.rank(coords))
-        rank, value, error = self._entries[index]
-        if error is not None:
-            raise error
-        return value
-
-    def items(self) -> Iterator[Tuple[Point, Any]]:
-        """(point, value) for every actor; raises at the first failed one."""
-        for rank, value, error in self._entries:
-            if error is not None:
-                raise error
-            yield Point(rank, self._shape), value
-
-    def values(self) -> List[Any]:
-        return [value for _, value in self.items()]
-
-    def errors(self) -> List[Tuple[int, BaseException]]:
-        return [(rank, error) for rank, _, error in self._entries if error is not None]
-
-    def __repr__(self):
-        shown = [repr(e if e is not None else v) for _, v, e in self._entries]
-        return f"ValueMesh({self._shape}, [{', '.join(shown)}])"
 
 
 class _Sliceable:
@@ -298,6 +439,93 @@ class _Sliceable:
         return self._with(shape)
 
 
+class ValueMesh(_Sliceable, Generic[R]):
+    """Replies of a mesh call, one per actor, by coordinates. Slices like a
+    mesh (``slice``, ``flatten``, ``rename``, ``split``); iterating it yields
+    ``(point, value)``, as ``items()`` does."""
+
+    def __init__(self, shape: Shape, entries: List[Tuple[int, Any, Optional[BaseException]]]):
+        self._shape = shape
+        self._entries = entries  # (rank, value, error) in row-major order
+
+    def _with(self, shape):
+        by_rank = {entry[0]: entry for entry in self._entries}
+        return ValueMesh(shape, [by_rank[rank] for rank in shape.ranks()])
+
+    def item(self, **coords) -> R:
+        """The value at coords (one index per dimension; none needed for a
+        mesh of one); raises its error."""
+        if not coords and len(self._entries) == 1:
+            index = 0
+        else:
+            index = self._shape.index_of(self._shape.rank(coords))
+        rank, value, error = self._entries[index]
+        if error is not None:
+            raise error
+        return value
+
+    def items(self) -> Iterator[Tuple[Point, R]]:
+        """(point, value) for every actor; raises at the first failed one."""
+        for rank, value, error in self._entries:
+            if error is not None:
+                raise error
+            yield Point(rank, self._shape), value
+
+    __iter__ = items
+
+    def values(self) -> List[R]:
+        return [value for _, value in self.items()]
+
+    def errors(self) -> List[Tuple[int, BaseException]]:
+        """(rank, error) of each member that failed, in row-major order."""
+        return [(rank, error) for rank, _, error in self._entries if error is not None]
+
+    def __repr__(self):
+        shown = [repr(e if e is not None else v) for _, v, e in self._entries]
+        return f"ValueMesh({self._shape}, [{', '.join(shown)}])"
+
+
+_spawning = threading.local()  # .name: the mesh whose actor this thread constructs
+
+
+def _construct(name: str, cls: type, /, *args, **kwargs):
+    # The spawn payload's "class": crown._runtime.construct calls it on every
+    # rank. It keeps the mesh's name on the instance for current_actor_name(),
+    # which also works while cls.__init__ runs.
+    outer = getattr(_spawning, "name", None)
+    _spawning.name = name
+    try:
+        instance = cls(*args, **kwargs)
+    finally:
+        _spawning.name = outer
+    instance.__dict__["_crown_actor_name"] = name
+    return instance
+
+
+def _type_name(value) -> str:
+    cls = type(value)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _unpicklable(error: TypeError, what: str, args, kwargs, more=()) -> TypeError:
+    """After pickling a call failed (error): a TypeError naming the first
+    argument that does not pickle by itself, with its type. Only on failure:
+    the call pickles once when it can."""
+    suspects = itertools.chain(
+        ((f"positional argument {i}", value) for i, value in enumerate(args)),
+        ((f"keyword argument {key!r}", value) for key, value in kwargs.items()), more)
+    for where, value in suspects:
+        try:
+            _pickle.dumps(value)
+        except TypeError as failure:
+            reason = failure.__cause__ if failure.__cause__ is not None else failure
+            return TypeError(f"{what}: {where} ({_type_name(value)}) cannot be pickled, so it "
+                             f"cannot be sent: {reason}")
+    return error
+
+
 class ProcMesh(_Sliceable):
     """Processes (ranks) with named dimensions."""
 
@@ -312,7 +540,11 @@ class ProcMesh(_Sliceable):
         constructed, or raises MeshError naming every rank that failed."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
-        payload = _pickle.dumps((cls, args, kwargs))
+        try:
+            payload = _pickle.dumps((_construct, (name, cls, *args), kwargs))
+        except TypeError as e:
+            raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
+                               (("the actor class", cls),)) from None
         local = _crown.spawn(self._shape, name, payload)
         _supervision.spawned(local, self._shape, cls, name)
         return ActorMesh(self._shape, local, cls, name)
@@ -334,7 +566,7 @@ class ProcMesh(_Sliceable):
         return f"ProcMesh({self._shape})"
 
 
-class ActorMesh(_Sliceable):
+class ActorMesh(_Sliceable, Generic[R]):
     """One actor per proc of a mesh; its endpoints are attributes with adverbs."""
 
     def __init__(self, shape: Shape, local: int, cls: type, name: str):
@@ -381,11 +613,17 @@ class EndpointRef:
         raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
                         f".call_one(...), .choose(...), .stream(...) or .broadcast(...)")
 
-    def _payload(self, args, kwargs) -> bytes:
-        return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
+    def _payload(self, args, kwargs, adverb: str) -> bytes:
+        try:
+            return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
+        except TypeError as e:
+            raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
 
-    def _parts(self, args, kwargs):
-        return _pickle.dumps_parts((self._name, args, kwargs))  # as _payload, in two parts
+    def _parts(self, args, kwargs, adverb: str):
+        try:
+            return _pickle.dumps_parts((self._name, args, kwargs))  # as _payload, in two parts
+        except TypeError as e:
+            raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
 
     def _entries(self, raw) -> List[Tuple[int, Any, Optional[BaseException]]]:
         entries = []
@@ -400,14 +638,22 @@ class EndpointRef:
                 entries.append((rank, value, None))
         return entries
 
-    def call(self, *args, **kwargs) -> Future:
-        """Every actor's reply, as a Future of a ValueMesh."""
+    def call(self, *args, **kwargs) -> Future["ValueMesh"]:
+        """Every actor's reply, as a Future of a ValueMesh. Its get() raises
+        when a member failed, as Monarch's does: the first failed member's
+        error in row-major order (ActorError when it raised, SupervisionError,
+        preferred, when its process is gone), saying how many others failed,
+        with the whole ValueMesh as its ``value_mesh``. ``value_mesh()`` on the
+        Future gives that ValueMesh without raising."""
         mesh = self._mesh
-        pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs))
+        pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs, "call"))
         # _kept: the arguments live as long as the Future, so that a mesh tensor
         # among them is not deleted on its engines before the actors read it.
-        return Future(lambda timeout, _kept=(args, kwargs):
-                      ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
+        replies = Future(lambda timeout, _kept=(args, kwargs):
+                         ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
+        future = Future(lambda timeout: _all_succeeded(replies.get(timeout)))
+        future._mesh = replies
+        return future
 
     def _direct(self, rank: int, parts, kept) -> Future:
         pending = _crown.request(rank, self._mesh._local, *parts)
@@ -436,25 +682,23 @@ class EndpointRef:
                                  f"{shape} ({len(shape)} actors): slice it first, e.g. "
                                  f".slice({shape.labels[0]}=0), or use call()")
             self._only_rank = shape.ranks()[0]
-        return self._direct(self._only_rank, self._parts(args, kwargs), (args, kwargs))
+        return self._direct(self._only_rank, self._parts(args, kwargs, "call_one"), (args, kwargs))
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
-        parts = self._parts(args, kwargs)
+        parts = self._parts(args, kwargs, "choose")
         return self._direct(_crown.choose_rank(self._mesh._shape), parts, (args, kwargs))
 
-    def stream(self, *args, timeout: Optional[float] = None, **kwargs) -> Iterator[Any]:
-        """Replies as they arrive; a failed actor's error is raised in turn."""
+    def stream(self, *args, **kwargs) -> Iterator[Future]:
+        """Casts now and yields one Future per actor (Monarch's
+        Iterator[Future]): the k-th future's get() gives the k-th reply to
+        arrive, or raises that member's error; ``get(timeout)`` raises
+        TimeoutError when it has not come, and can be tried again."""
         mesh = self._mesh
-        pending = _crown.cast_stream(mesh._shape, mesh._local, self._payload(args, kwargs))
-        while True:
-            item = pending.next(timeout)
-            if item is None:
-                return
-            (_, value, error), = self._entries([item])
-            if error is not None:
-                raise error
-            yield value
+        pending = _crown.cast_stream(mesh._shape, mesh._local,
+                                     self._payload(args, kwargs, "stream"))
+        arrivals = _Arrivals(self, pending, (args, kwargs))
+        return (Future(functools.partial(arrivals.take, k)) for k in range(len(mesh._shape)))
 
     def rref(self, *args, **kwargs):
         """Calls the endpoint on every actor and keeps what each returns (a
@@ -472,7 +716,39 @@ class EndpointRef:
         must stay alive until the actors have read it (until a later call to
         them returns, say): nothing here knows when they have."""
         mesh = self._mesh
-        _crown.cast_broadcast(mesh._shape, mesh._local, self._payload(args, kwargs))
+        _crown.cast_broadcast(mesh._shape, mesh._local, self._payload(args, kwargs, "broadcast"))
+
+
+class _Arrivals:
+    """A cast stream's replies in the order they arrive, read on demand by the
+    futures of EndpointRef.stream: future k takes reply k, whichever future
+    is waited on first."""
+
+    def __init__(self, ref: EndpointRef, pending, kept):
+        self._ref, self._pending = ref, pending
+        self._kept = kept  # the arguments live as long as the stream (call())
+        self._lock = threading.Lock()
+        self._arrived: List[Any] = []
+
+    def take(self, k: int, timeout: Optional[float]):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"stream reply {k} did not arrive within {timeout} s")
+        try:
+            while len(self._arrived) <= k:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                item = self._pending.next(left)  # TimeoutError when nothing came in time
+                if item is None:  # DLV-1 says every member answers: not expected
+                    raise RuntimeError(f"the stream ended after {len(self._arrived)} replies, "
+                                       f"before reply {k}")
+                self._arrived.append(item)
+            item, self._arrived[k] = self._arrived[k], None  # its Future keeps the outcome
+        finally:
+            self._lock.release()
+        (_, value, error), = self._ref._entries([item])
+        if error is not None:
+            raise error
+        return value
 
 
 class Accumulator:
@@ -495,8 +771,8 @@ class Accumulator:
     def accumulate(self, *args, **kwargs) -> Future:
         ref = self._endpoint
         mesh = ref._mesh
-        pending = _crown.cast_reduce(mesh._shape, mesh._local, ref._payload(args, kwargs),
-                                     self._key)
+        pending = _crown.cast_reduce(mesh._shape, mesh._local,
+                                     ref._payload(args, kwargs, "accumulate"), self._key)
 
         def wait(timeout, _kept=(args, kwargs)):  # the arguments live as long as the Future
             outcome = pending.get(timeout)  # MeshError when a member or a fold failed
@@ -532,9 +808,7 @@ def _port_actor_id() -> int:
     global _port_actor
     with _port_lock:
         if _port_actor is None:
-            rank = _crown.rank()
-            here = Shape([("ranks", _crown.size())]).select({"ranks": rank})
-            _port_actor = ProcMesh(here).spawn("crown-ports", _PortActor)._local
+            _port_actor = this_proc().spawn("crown-ports", _PortActor)._local
         return _port_actor
 
 
@@ -543,7 +817,7 @@ def open_ports() -> int:
     return len(_receivers)
 
 
-class Port:
+class Port(Generic[R]):
     """Where a channel's values go: ``port.send(value)`` from any actor or the
     controller. Picklable, so it travels inside messages."""
 
@@ -553,14 +827,17 @@ class Port:
     def send(self, value) -> None:
         """One-way: nothing waits; a value for a closed port is dropped (and
         logged on the receiver's rank)."""
-        _crown.send(self._rank, self._local,
-                    *_pickle.dumps_parts(("deliver", (self._port_id, value), {})))
+        try:
+            parts = _pickle.dumps_parts(("deliver", (self._port_id, value), {}))
+        except TypeError as e:
+            raise _unpicklable(e, "Port.send()", (value,), {}) from None
+        _crown.send(self._rank, self._local, *parts)
 
     def __reduce__(self):
         return (Port, (self._rank, self._local, self._port_id))
 
 
-class PortReceiver:
+class PortReceiver(Generic[R]):
     """The receiving end of a channel. Closing it, or dropping the last
     reference to it, closes the port."""
 
@@ -571,8 +848,13 @@ class PortReceiver:
         self._forget = weakref.finalize(self, _receivers.pop, port_id, None)
         self._forget.atexit = False
 
-    def recv(self, timeout: Optional[float] = None):
-        """The next value sent to the port; raises TimeoutError after timeout seconds."""
+    def recv(self) -> Future[R]:
+        """The next value sent to the port, as a Future (Monarch's):
+        ``recv().get(timeout=5)`` raises TimeoutError when nothing came within
+        5 s and can be tried again; ``await receiver.recv()`` also works."""
+        return Future(self._take)
+
+    def _take(self, timeout: Optional[float]):
         try:
             return self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -583,9 +865,12 @@ class PortReceiver:
         self._forget()
 
 
-class Channel:
+class Channel(Generic[R]):
+    """Opens channels: ``port, receiver = Channel[int].open()`` (the type
+    argument is for type checkers only)."""
+
     @staticmethod
-    def open() -> Tuple[Port, PortReceiver]:
+    def open() -> Tuple[Port[R], PortReceiver[R]]:
         """A new (Port, PortReceiver) pair whose receiver lives in this process."""
         local = _port_actor_id()
         port_id = next(_next_port)
@@ -604,6 +889,22 @@ def current_size() -> Dict[str, int]:
     """The sizes of this actor's mesh (outside actors: {"ranks": N})."""
     here = _crown.here()
     return dict(here[1].sizes) if here else {"ranks": _crown.size()}
+
+
+def current_actor_name() -> str:
+    """The name of the actor this code runs in, as in Monarch a distinct
+    string for each member of each mesh: the mesh's spawn name followed by
+    the member's point, e.g. ``"counter{'hosts': 0/1, 'procs': 2/4}"``.
+    Outside actors (the controller's main): ``"client"``, Monarch's name for
+    the controller's own actor."""
+    instance = _runtime.current_instance()
+    if instance is not None:
+        name = instance.__dict__.get("_crown_actor_name")
+    else:
+        name = getattr(_spawning, "name", None)  # in cls.__init__, from spawn
+    if name is None:
+        return "client"
+    return f"{name}{current_rank()}"
 
 
 class _Context:
@@ -671,3 +972,10 @@ def this_host() -> HostMesh:
     an actor's own inside its endpoints."""
     world = _crown.world_shape()
     return HostMesh(world.select({"hosts": world.coordinates(_crown.rank())["hosts"]}))
+
+
+def this_proc() -> ProcMesh:
+    """The ProcMesh of just the process this code runs on (no dimensions), as
+    in Monarch: the controller's in main(), an actor's own inside its
+    endpoints. ``this_proc().spawn(...)`` puts one actor there."""
+    return ProcMesh(Shape([("ranks", _crown.size())]).select({"ranks": _crown.rank()}))

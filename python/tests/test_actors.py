@@ -175,7 +175,7 @@ def test_every_adverb(counters):
     assert one.incr.call_one(5).get() == before + 5
     chosen = {counters.where.choose().get()[0] for _ in range(8)}
     assert chosen == {0, 1, 2, 3}
-    assert sorted(counters.later.stream(21)) == [42] * 4
+    assert sorted(f.get(timeout=30) for f in counters.later.stream(21)) == [42] * 4
     counters.incr.broadcast(100)
     values = counters.incr.call(0).get().values()
     assert all(v >= 110 for v in values)
@@ -220,7 +220,9 @@ def test_remote_exception_carries_traceback_and_cause(counters):
     assert error.rank == 2
     assert isinstance(error.__cause__, KeyError)
     assert "raise KeyError(message)" in error.traceback
-    replies = counters.fail.call("x").get()
+    with pytest.raises(ActorError, match="3 other members of the mesh failed too"):
+        counters.fail.call("x").get()
+    replies = counters.fail.call("x").value_mesh()
     assert len(replies.errors()) == 4
     with pytest.raises(ActorError):
         replies.item(hosts=0, procs=0)
@@ -334,7 +336,7 @@ def test_a_slow_endpoint_does_not_stall_other_actors(counters):
 def test_channel_and_accumulator(counters):
     port, receiver = Channel.open()
     counters.tell.broadcast(port, "hi")
-    got = sorted(receiver.recv(timeout=10) for _ in range(4))
+    got = sorted(receiver.recv().get(timeout=10) for _ in range(4))
     assert got == [(r, "hi") for r in range(4)]
     total = Accumulator(counters.incr, 0, operator.add).accumulate(0).get()
     assert total == sum(counters.incr.call(0).get().values())

@@ -47,7 +47,7 @@ class Probe(Actor):
 
     @endpoint
     def take(self):
-        return self.receiver.recv(timeout=10)
+        return self.receiver.recv().get(timeout=10)
 
     @endpoint
     def close_channel(self):
@@ -68,7 +68,7 @@ def test_ten_thousand_channels_share_one_port_actor_and_are_forgotten():
         port, receiver = Channel.open()
         if i % 500 == 0:
             port.send(("value", i))
-            assert receiver.recv(timeout=10) == ("value", i)
+            assert receiver.recv().get(timeout=10) == ("value", i)
         kept.append((port, receiver))
     assert open_ports() == receivers_before + 10_000
     # At most the one port actor of this process (spawned by its first channel).
@@ -108,12 +108,12 @@ def test_stop_then_calls_fail_with_actor_stopped_error():
     assert raised.value.rank == 1
     assert isinstance(raised.value, _crown.ActorStoppedError)
     assert isinstance(raised.value, ActorError)
-    replies = brief.incr.call(1).get(timeout=10)
+    replies = brief.incr.call(1).value_mesh(timeout=10)
     assert [rank for rank, _ in replies.errors()] == [1]
     assert all(isinstance(e, ActorStoppedError) for _, e in replies.errors())
     assert sorted(v for _, v, e in replies._entries if e is None) == [2, 2, 2]
     brief.stop().get(timeout=30)  # the members left, and the one stopped already
-    replies = brief.incr.call(1).get(timeout=10)
+    replies = brief.incr.call(1).value_mesh(timeout=10)
     assert [rank for rank, _ in replies.errors()] == [0, 1, 2, 3]
     assert all(isinstance(e, ActorStoppedError) for _, e in replies.errors())
     with pytest.raises(ActorStoppedError):
