@@ -112,9 +112,15 @@ def run(main, *args, **kwargs) -> None:
     code = 0
     try:
         main(*args, **kwargs)
-    except BaseException:  # noqa: BLE001 - any failure ends the job non-zero
+    except BaseException as error:  # noqa: BLE001 - any failure ends the job non-zero
+        from . import _supervision
+
         sys.stdout.flush()
-        print("crown: the controller failed:", file=sys.stderr)
-        traceback.print_exc()
+        if isinstance(error, KeyboardInterrupt) and _supervision.unhandled:
+            print("crown: main was interrupted (KeyboardInterrupt) by the unhandled failure "
+                  "above; the job ends with code 1", file=sys.stderr)
+        else:
+            print("crown: the controller failed:", file=sys.stderr)
+            traceback.print_exc()
         code = 1
     _exit(shutdown(code))

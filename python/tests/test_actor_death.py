@@ -14,7 +14,7 @@ import pytest
 
 import crown
 import crown.actor
-from crown import Actor, endpoint
+from crown.actor import Actor, endpoint
 from crown.actor import MeshError, SupervisionError
 
 WAIT = 20  # seconds: a failure report crosses two ranks at most

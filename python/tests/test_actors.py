@@ -6,6 +6,7 @@ and this_host()."""
 import asyncio
 import operator
 import os
+import queue
 import sys
 import threading
 import time
@@ -239,27 +240,31 @@ def test_wrong_use_fails_before_sending(counters):
         counters.nonexistent
 
 
-def test_a_raising_broadcast_is_logged_on_its_rank_with_the_traceback():
+def test_a_raising_broadcast_is_logged_on_its_rank_and_its_actor_dies(monkeypatch):
+    faults = queue.Queue()
+    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
     flaky = crown.world().spawn("flaky", Flaky)
-    victim = flaky.slice(procs=2)
-    victim.capture_stderr.call_one().get(timeout=10)
+    tap = crown.world().spawn("tap", Flaky).slice(procs=2)  # rank 2's stderr, from an actor that lives
+    tap.capture_stderr.call_one().get(timeout=10)
     try:
         flaky.poke.broadcast(2, "bad value 1234")
-        # After the broadcast on every member (ORD-1), so its log line is out.
-        counts = flaky.count.call().get(timeout=10).values()
+        failure = faults.get(timeout=20)  # the owner hears after the line is logged
     finally:
-        log = victim.release_stderr.call_one().get(timeout=10)
-    assert counts == [1, 1, 1, 1]
+        log = tap.release_stderr.call_one().get(timeout=10)
     line = next((l for l in log.splitlines() if "bad value 1234" in l), None)
     assert line is not None, f"nothing logged on rank 2: {log!r}"
     assert "[crown r2 error]" in line and "'flaky'" in line, line
     assert "ValueError" in line and "endpoint 'poke'" in line, line
     assert "Traceback (most recent call last)" in log
     assert "raise ValueError(message)" in log
-    # The actor serves on, one-way and with replies.
-    flaky.poke.broadcast(-1, "fine")
-    assert victim.count.call_one().get(timeout=10) == 2
-    assert victim.poke.call_one(-1, "fine").get(timeout=10) is None
+    assert (failure.mesh_name, failure.rank) == ("flaky", 2)
+    assert "bad value 1234" in failure.cause
+    # The member that raised is dead; the others handled the broadcast and serve on.
+    replies = flaky.count.call().value_mesh(timeout=10)
+    assert [rank for rank, _ in replies.errors()] == [2]
+    assert isinstance(replies.errors()[0][1], crown.actor.SupervisionError)
+    assert replies.slice(procs=slice(0, 2)).values() == [1, 1]
+    assert flaky.slice(procs=3).poke.call_one(-1, "fine").get(timeout=10) is None
 
 
 def test_spawn_failure_names_the_rank():

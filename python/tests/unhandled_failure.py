@@ -4,7 +4,7 @@ controller's main is interrupted, and the job exits 1."""
 import time
 
 import crown
-from crown import Actor, endpoint
+from crown.actor import Actor, endpoint
 
 
 class Fragile(Actor):

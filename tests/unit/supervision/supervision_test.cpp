@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "crown/mesh/module.h"
+#include "crown/mesh/point.h"
 #include "crown/mesh/sim.h"
 #include "crown/supervision/module.h"
 
