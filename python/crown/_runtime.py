@@ -33,6 +33,7 @@ VALUE = b"\x00"
 RAISED = b"\x01"
 FATAL = b"\x02"
 SUPERVISE = "__supervise__"  # the name a failure report is called under
+STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
 
 _current = threading.local()  # the actor instance whose endpoint this thread runs
 
@@ -102,6 +103,8 @@ def _run(instance, payload, report):
             rref = (engine, ref)
         if name == SUPERVISE:
             result = supervise(instance, *args)
+        elif name == STOP:
+            result = finish(instance, None)
         else:
             result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
         if inspect.isawaitable(result):
@@ -112,6 +115,7 @@ def _run(instance, payload, report):
             result = keep_on_engine(*rref, result)
         return _pickle.dumps_parts(result, VALUE)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
+        _current.error = error  # for dying(), should this failure kill the actor
         text = traceback.format_exc()
         message = _message_of(error)
         if report or not isinstance(error, Exception):
@@ -166,6 +170,44 @@ def _message_of(error: BaseException) -> str:
     except BaseException as failure:  # noqa: BLE001 - any __str__ may raise anything
         return (f"<unprintable {type(error).__qualname__}: its __str__ raised "
                 f"{type(failure).__qualname__}>")
+
+
+def dying(instance, cause: str) -> None:
+    """The actor dies of cause (PyActor::dying, on the thread that ran the
+    endpoint that killed it, in its turn): finish() with what it raised."""
+    error = getattr(_current, "error", None)
+    _current.error = None
+    finish(instance, error if error is not None else RuntimeError(cause))
+
+
+def finish(instance, exc) -> None:
+    """An actor's last act, once, in its turn: every mesh it spawned stops
+    (recursively, so theirs run first), then its ``__cleanup__(exc)`` (plain
+    or async) runs; exc is None on a stop, the error it died of otherwise.
+    A cleanup that raises is logged on this rank; the stop goes on."""
+    if instance.__dict__.get("_crown_finished"):
+        return None
+    instance.__dict__["_crown_finished"] = True
+    from . import _crown, _supervision
+
+    actor = _crown.current_actor()
+    if actor is not None:
+        _supervision.stop_owned(actor[1])
+    cleanup = getattr(instance, "__cleanup__", None)
+    if cleanup is None:
+        return None
+    outer = current_instance()
+    _current.instance = instance
+    try:
+        result = cleanup(exc)
+        if inspect.isawaitable(result):
+            _event_loop(instance).run_until_complete(result)
+    except BaseException:  # noqa: BLE001 - a failing cleanup must not stop the stop
+        _crown.log("error", f"__cleanup__ of {type(instance).__qualname__} raised:\n"
+                            f"{traceback.format_exc()}")
+    finally:
+        _current.instance = outer
+    return None
 
 
 def release(instance) -> None:

@@ -15,6 +15,7 @@ exit code is 1 whatever main does next.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import sys
 import threading
 from typing import Dict, NamedTuple, Optional
@@ -57,12 +58,53 @@ _lock = threading.Lock()
 unhandled = []  # failures no hook handled on this rank: the job ends non-zero
 
 
+_system = threading.local()  # .spawning: crown's own actors are spawned on this thread
+
+
+@contextlib.contextmanager
+def system_spawn():
+    """Spawns within belong to crown (the port actor), not to the actor or
+    controller that happens to run: nobody stops them but the job's end."""
+    _system.spawning = True
+    try:
+        yield
+    finally:
+        _system.spawning = False
+
+
 def spawned(local: int, shape, cls: type, name: str) -> None:
     """Remembers who owns a mesh just spawned here: the actor whose endpoint
     runs on this thread, else the controller."""
+    if getattr(_system, "spawning", False):
+        return
     actor = _crown.current_actor()
     with _lock:
         _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name)
+
+
+def owned(local: int) -> Optional[_Owned]:
+    """Who owns mesh `local`, if it was spawned on this rank."""
+    with _lock:
+        return _owned.get(local)
+
+
+def forget(local: int) -> None:
+    """The whole mesh was stopped: nobody needs its owner any more."""
+    with _lock:
+        _owned.pop(local, None)
+
+
+def stop_owned(owner: Optional[int], ranks=None) -> None:
+    """Stops the meshes that `owner` (an actor's local id here; None: the
+    controller) spawned on this rank: all of them, or with `ranks` those
+    whose every rank is among them."""
+    from .actor import ActorMesh
+
+    with _lock:
+        meshes = [(local, owned) for local, owned in _owned.items() if owned.owner == owner
+                  and (ranks is None or set(owned.shape.ranks()) <= ranks)]
+    for local, owned in meshes:
+        ActorMesh(owned.shape, local, owned.cls, owned.name).stop()
 
 
 def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:

@@ -249,7 +249,14 @@ def _messages_lost(sender, rank, actor, count, first, last, message):
 
 
 class Actor:
-    """Base of every actor class. Construct actors with ProcMesh.spawn."""
+    """Base of every actor class. Construct actors with ProcMesh.spawn.
+
+    Two methods a subclass may define (plain or ``async def``), as in Monarch:
+    ``__supervise__(self, failure: MeshFailure) -> bool`` hears of a member of
+    a mesh this actor spawned that died (true: handled; false or raising: this
+    actor dies of it, and its own owner hears); ``__cleanup__(self, exc)``
+    runs when the actor stops (exc None) or dies (exc what killed it), after
+    the meshes it spawned have stopped. See docs/supervision.md."""
 
 
 class endpoint:  # noqa: N801 - Monarch's name
@@ -529,17 +536,34 @@ def _unpicklable(error: TypeError, what: str, args, kwargs, more=()) -> TypeErro
 class ProcMesh(_Sliceable):
     """Processes (ranks) with named dimensions."""
 
-    def __init__(self, shape: Shape):
+    def __init__(self, shape: Shape, stopped: Optional[List[bool]] = None):
         self._shape = shape
+        self._stopped = stopped if stopped is not None else [False]  # shared with its slices
 
     def _with(self, shape):
-        return ProcMesh(shape)
+        return ProcMesh(shape, self._stopped)
+
+    def stop(self) -> Future:
+        """Stops every actor mesh that this owner (the controller, or the actor
+        whose endpoint runs this) spawned on these procs, each as
+        ActorMesh.stop does, and spawns on this ProcMesh (and its slices) fail
+        from then on. The processes themselves live on: the launcher started
+        them, and they serve other meshes until the job ends. Returns a done
+        Future (``await procs.stop()`` works)."""
+        actor = _crown.current_actor()
+        _supervision.stop_owned(actor[1] if actor is not None else None,
+                                set(self._shape.ranks()))
+        self._stopped[0] = True
+        return Future(lambda timeout: None)
 
     def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
         """One ``cls(*args, **kwargs)`` on every proc; returns once all are
         constructed, or raises MeshError naming every rank that failed."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
+        if self._stopped[0]:
+            raise RuntimeError(f"cannot spawn '{name}': this ProcMesh ({self._shape}) was "
+                               f"stopped (ProcMesh.stop)")
         try:
             payload = _pickle.dumps((_construct, (name, cls, *args), kwargs))
         except TypeError as e:
@@ -584,15 +608,25 @@ class ActorMesh(_Sliceable, Generic[R]):
         return ref
 
     def stop(self) -> Future:
-        """Stops every actor of this mesh (or slice) once its current message
-        is handled, and every proc forgets them (Monarch's ActorMesh.stop).
-        Blocks until each live member has stopped (a lost one counts as
-        stopped); raises MeshError naming any that could not be. Later calls
-        to them fail with ActorStoppedError. Returns a Future that is already
-        done, so ``mesh.stop().get()`` and ``await mesh.stop()`` read as in
-        Monarch."""
+        """Stops every actor of this mesh (or slice) after the messages sent
+        to it before, and every proc forgets them (Monarch's ActorMesh.stop).
+        First, in each member's turn, the meshes it spawned stop and its
+        ``__cleanup__(None)`` runs. Blocks until each live member has stopped
+        (a lost or dead one counts as stopped); raises MeshError naming any
+        that could not be. Later calls to them fail with ActorStoppedError.
+        Returns a Future that is already done, so ``mesh.stop().get()`` and
+        ``await mesh.stop()`` read as in Monarch."""
+        finishing = _crown.cast_call(self._shape, self._local,
+                                     _pickle.dumps((_runtime.STOP, (), {})))
+        finishing.get()  # a member that is gone already has nothing left to finish
         _crown.stop_mesh(self._shape, self._local)
+        if self._shape.ranks() == self._spawned_ranks():
+            _supervision.forget(self._local)
         return Future(lambda timeout: None)
+
+    def _spawned_ranks(self):
+        owned = _supervision.owned(self._local)
+        return owned.shape.ranks() if owned is not None else None
 
     def __reduce__(self):
         return (ActorMesh, (self._shape, self._local, self._cls, self._name))
@@ -808,7 +842,8 @@ def _port_actor_id() -> int:
     global _port_actor
     with _port_lock:
         if _port_actor is None:
-            _port_actor = this_proc().spawn("crown-ports", _PortActor)._local
+            with _supervision.system_spawn():  # it serves every channel of this process
+                _port_actor = this_proc().spawn("crown-ports", _PortActor)._local
         return _port_actor
 
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "crown/common/log.h"
 #include "gil.h"
 #include "py_payload.h"
 
@@ -67,6 +68,16 @@ PyActor::PyActor(std::string spawnPayload) {
     return crown::detail::HandlerResult{kRawOutcomeType, std::move(reply)};
   });
   ++g_live;
+}
+
+void PyActor::dying(const std::string& cause) noexcept {
+  if (!Py_IsInitialized()) return;
+  Gil gil;
+  try {
+    py::module_::import("crown._runtime").attr("dying")(instance_, cause);
+  } catch (const std::exception& e) {  // _runtime.dying reports its own; this is a last resort
+    log::get().error("actor '{}' could not clean up as it died: {}", name(), e.what());
+  }
 }
 
 PyActor::~PyActor() {

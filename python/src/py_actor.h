@@ -70,6 +70,10 @@ class PyActor : public Actor {
   /// How many Python actors this process hosts now.
   static std::size_t live();
 
+ protected:
+  /// crown._runtime.dying: the meshes it spawned stop, then its __cleanup__ runs.
+  void dying(const std::string& cause) noexcept override;
+
  private:
   pybind11::object instance_;
   pybind11::object dispatch_;  // crown._runtime.dispatch

@@ -18,6 +18,7 @@ struct ActorAccess {
     actor.id_ = id;
     actor.name_ = std::move(name);
   }
+  static void dying(Actor& actor, const std::string& cause) { actor.dying(cause); }
   static const Handler* find(Actor& actor, const std::string& type) {
     auto it = actor.handlers_.find(type);
     return it == actor.handlers_.end() ? nullptr : &it->second;
@@ -304,6 +305,11 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   // system agents serve on.
   bool dies = !result && (fatal || oneWay) && actor.id().local >= kFirstActorLocalId;
   if (dies) {
+    outer = std::exchange(t_currentActor, &actor);  // its last words are its own sends
+    outerProc = std::exchange(t_currentProc, &proc_);
+    ActorAccess::dying(actor, cause);
+    t_currentActor = outer;
+    t_currentProc = outerProc;
     failure = RemoteFailure{RemoteFailure::kActorFailed, "", cause, actor.name(),
                             proc_.host(proc_.rank()), proc_.rank()};
     proc_.failLocal(actor.id().local, ActorFailed(failure.rank, failure.host, actor.name(), cause));

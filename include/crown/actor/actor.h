@@ -47,9 +47,18 @@ class Actor {
   static const Actor* current();
 
  protected:
+  /// The actor dies of `cause` (design.md's failure model: a one-way
+  /// message's handler threw, or a handler threw ActorFatal): called once,
+  /// in its turn (on the thread that ran that handler, before any other
+  /// message), just before the Proc removes it. A subclass releases what it
+  /// owns here (PyActor: the meshes its Python actor spawned, __cleanup__).
+  /// It must not throw.
+  virtual void dying(const std::string& /*cause*/) noexcept {}
+
   /// Registers the handler of message type Msg: `fn(const Msg&)` returns the
   /// reply (any serializable type) or nothing. An exception thrown by `fn`
-  /// fails that request only; the caller gets crown::RemoteError.
+  /// fails that request only (a one-way message's kills the actor); the
+  /// caller gets crown::RemoteError.
   template <class Msg, class Fn>
   void handle(Fn fn) {
     handlers_[wire::messageName<Msg>()] = [fn = std::move(fn)](const wire::Bytes& in) mutable {

@@ -1,0 +1,133 @@
+"""Stopping meshes (Monarch's lifecycle): ActorMesh.stop and ProcMesh.stop
+return awaitable futures; each member's __cleanup__ runs at stop (exc None)
+or at its death (exc what killed it), after the meshes it spawned have
+stopped; later calls and spawns fail clearly."""
+
+import asyncio
+import queue
+
+import pytest
+
+import crown
+import crown.actor
+from crown.actor import Actor, ActorStoppedError, Channel, endpoint
+
+WAIT = 20
+
+
+class Tidy(Actor):
+    """Tells `port` what its __cleanup__ saw: (label, rank, exc)."""
+
+    def __init__(self, port, label):
+        self.port, self.label = port, label
+        self.children = None
+
+    @endpoint
+    def rank(self):
+        return crown.actor.current_rank().rank
+
+    @endpoint
+    def spawn_children(self, name):
+        self.children = crown.world_flat().spawn(name, Tidy, self.port, "child")
+        return len(self.children)
+
+    @endpoint
+    def crack(self):
+        raise ValueError("cracked")
+
+    def __cleanup__(self, exc):
+        self.port.send((self.label, crown.actor.current_rank().rank,
+                        None if exc is None else repr(exc)))
+
+
+class AsyncTidy(Tidy):
+    async def __cleanup__(self, exc):
+        await asyncio.sleep(0.01)
+        self.port.send(("async", crown.actor.current_rank().rank, exc))
+
+
+class Messy(Tidy):
+    def __cleanup__(self, exc):
+        raise RuntimeError("cleanup went wrong")
+
+
+def _drain(receiver, count):
+    seen = []
+    for _ in range(count):
+        seen.append(receiver.recv().get(timeout=WAIT))
+    with pytest.raises(TimeoutError):
+        receiver.recv().get(timeout=0.5)  # and nothing more
+    return seen
+
+
+def test_stop_runs_cleanup_on_every_member_and_later_calls_fail():
+    port, receiver = Channel.open()
+    tidy = crown.world_flat().spawn("tidy", Tidy, port, "tidy")
+    stopped = tidy.stop()
+    assert stopped.get(timeout=WAIT) is None
+    assert sorted(_drain(receiver, 4)) == [("tidy", r, None) for r in range(4)]
+    with pytest.raises(ActorStoppedError):
+        tidy.rank.call().get(timeout=WAIT)
+
+
+def test_await_stop_and_async_cleanup():
+    port, receiver = Channel.open()
+    tidy = crown.world_flat().slice(ranks=slice(1, 3)).spawn("async_tidy", AsyncTidy, port, "x")
+
+    async def stop():
+        await tidy.stop()
+
+    asyncio.run(stop())
+    assert sorted(_drain(receiver, 2)) == [("async", 1, None), ("async", 2, None)]
+
+
+def test_stopping_an_actor_stops_the_meshes_it_spawned_first():
+    port, receiver = Channel.open()
+    parent = crown.world_flat().slice(ranks=2).spawn("parent", Tidy, port, "parent")
+    assert parent.spawn_children.call_one("children").get(timeout=WAIT) == 4
+    parent.stop().get(timeout=WAIT)
+    seen = _drain(receiver, 5)
+    assert seen[-1] == ("parent", 2, None)  # after every child's
+    assert sorted(seen[:-1]) == [("child", r, None) for r in range(4)]
+
+
+def test_a_dying_actor_cleans_up_with_what_killed_it(monkeypatch):
+    faults = queue.Queue()
+    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+    port, receiver = Channel.open()
+    tidy = crown.world_flat().spawn("dies_tidily", Tidy, port, "dying")
+    tidy.slice(ranks=3).crack.broadcast()
+    assert _drain(receiver, 1) == [("dying", 3, "ValueError('cracked')")]
+    assert faults.get(timeout=WAIT).rank == 3
+    tidy.stop().get(timeout=WAIT)  # the dead member counts as stopped
+    assert sorted(_drain(receiver, 3)) == [("dying", r, None) for r in range(3)]
+
+
+def test_a_failing_cleanup_is_logged_and_the_stop_completes():
+    port, _ = Channel.open()
+    messy = crown.world_flat().spawn("messy", Messy, port, "messy")
+    messy.stop().get(timeout=WAIT)
+    with pytest.raises(ActorStoppedError):
+        messy.rank.call().get(timeout=WAIT)
+
+
+def test_proc_mesh_stop_stops_its_meshes_and_refuses_spawns():
+    port, receiver = Channel.open()
+    procs = crown.world_flat().slice(ranks=slice(0, 2))
+    first = procs.spawn("first", Tidy, port, "first")
+    second = procs.slice(ranks=1).spawn("second", Tidy, port, "second")
+    elsewhere = crown.world_flat().slice(ranks=slice(2, 4)).spawn("elsewhere", Tidy, port, "x")
+    assert procs.stop().get(timeout=WAIT) is None
+    assert sorted(_drain(receiver, 3)) == [("first", 0, None), ("first", 1, None),
+                                           ("second", 1, None)]
+    for mesh in (first, second):
+        with pytest.raises(ActorStoppedError):
+            mesh.rank.call().get(timeout=WAIT)
+    with pytest.raises(RuntimeError, match="was stopped"):
+        procs.spawn("again", Tidy, port, "again")
+    with pytest.raises(RuntimeError, match="was stopped"):
+        procs.slice(ranks=0).spawn("again", Tidy, port, "again")
+    assert elsewhere.rank.call().get(timeout=WAIT).values() == [2, 3]
+    # The processes live on: a new ProcMesh over the same ranks spawns.
+    again = crown.world_flat().slice(ranks=slice(0, 2)).spawn("again", Tidy, port, "again")
+    assert again.rank.call().get(timeout=WAIT).values() == [0, 1]
