@@ -296,14 +296,21 @@ def _outcome(payload: bytes, rank: int, actor: str):
     return error
 
 
-def _entry_error(error: tuple, actor: str):
+def _supervision_error(message: str, rank: int, host: str, actor: str, endpoint: str,
+                       cause: Optional[str] = None):
+    """A SupervisionError that says which call failed, where and why:
+    ``.rank``, ``.host``, ``.actor`` (the mesh's name), ``.endpoint``, and
+    ``.cause`` when the actor died (its traceback)."""
+    exc = SupervisionError(f"call to {actor}.{endpoint}() failed: {message}")
+    exc.rank, exc.host, exc.actor, exc.endpoint, exc.cause = rank, host, actor, endpoint, cause
+    return exc
+
+
+def _entry_error(error: tuple, actor: str, endpoint: str):
     kind, message, rank, host, cause = error
     if kind in ("lost", "failed"):
-        exc = SupervisionError(message)
-        exc.rank, exc.host = rank, host
-        if kind == "failed":
-            exc.actor, exc.cause = actor, cause
-        return exc
+        return _supervision_error(message, rank, host, actor, endpoint,
+                                  cause if kind == "failed" else None)
     if kind == "stopped":
         return ActorStoppedError(message, rank=rank, actor=actor, remote_type=kind)
     return ActorError(message, rank=rank, actor=actor, remote_type=kind)
@@ -663,7 +670,7 @@ class EndpointRef:
         entries = []
         for rank, payload, error in raw:
             if error is not None:
-                entries.append((rank, None, _entry_error(error, self._mesh._name)))
+                entries.append((rank, None, _entry_error(error, self._mesh._name, self._name)))
                 continue
             value = _outcome(payload, rank, self._mesh._name)
             if isinstance(value, ActorError):
@@ -700,6 +707,9 @@ class EndpointRef:
                     raise
                 raise ActorStoppedError(str(e), rank=rank, actor=self._mesh._name,
                                         remote_type="stopped") from None
+            except SupervisionError as e:
+                raise _supervision_error(str(e), rank, getattr(e, "host", ""), self._mesh._name,
+                                         self._name, getattr(e, "cause", None)) from None
             value = _outcome(payload, rank, self._mesh._name)
             if isinstance(value, ActorError):
                 raise value

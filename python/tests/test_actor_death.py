@@ -103,6 +103,7 @@ def test_a_raising_broadcast_kills_that_member_and_its_owner_hears(faults):
     with pytest.raises(SupervisionError) as dead:
         members.slice(ranks=2).work.call_one().get(timeout=WAIT)
     assert dead.value.rank == 2
+    assert (dead.value.actor, dead.value.endpoint) == ("dies_on_broadcast", "work")
     assert "member 2 gives up" in dead.value.cause
     # The others live on, each having handled the broadcast and this call.
     assert members.slice(ranks=slice(0, 2)).work.call().get(timeout=WAIT).values() == [2, 2]

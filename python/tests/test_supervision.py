@@ -55,6 +55,8 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     assert time.monotonic() - start < 5
     assert raised.value.rank == 2
     assert raised.value.host
+    assert (raised.value.actor, raised.value.endpoint) == ("sleeper", "nap")
+    assert "call to sleeper.nap() failed" in str(raised.value), str(raised.value)
     # SIGKILL runs no code: the loss says that nothing was said (issue 10).
     assert "no last words" in str(raised.value), str(raised.value)
     pending = sleepers.nap.call(0)
@@ -63,6 +65,7 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     replies = pending.value_mesh(timeout=20)
     assert [rank for rank, _ in replies.errors()] == [2]
     assert isinstance(replies.errors()[0][1], SupervisionError)
+    assert replies.errors()[0][1].endpoint == "nap"
     for rank in (0, 1, 3):
         assert sleepers.slice(procs=rank).nap.call_one(0).get(timeout=10) == rank
 
@@ -91,6 +94,7 @@ def test_a_process_that_calls_exit_says_its_code():
     quitters = crown.world().slice(procs=1).spawn("quitter1", Quitter)
     loss = _loss_of(quitters.exit_in_c.call_one(3))
     assert "rank 1" in loss and "exited with code 3" in loss, loss
+    assert "call to quitter1.exit_in_c() failed" in loss, loss
 
 
 def test_a_process_killed_by_a_signal_names_it():
