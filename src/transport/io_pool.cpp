@@ -72,14 +72,32 @@ void IoPool::stop() {
   impl_->work.reset();
   impl_->io.stop();
   if (impl_->monitor.joinable()) impl_->monitor.join();
+  // SHT-1: a task that never returns (an endpoint stuck in user code) must
+  // not hold the process: past the bound, its thread is left to run on, and
+  // the shared state it holds lives until it returns, if ever.
+  auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS",
+                                                                 std::chrono::seconds(5));
+  std::size_t leftBehind = 0;
   for (auto& worker : impl_->workers) {
     if (worker.thread.get_id() == std::this_thread::get_id()) {
-      // Stopping from inside the pool: this thread returns on its own, and
-      // the shared state it holds lives until it has.
+      // Stopping from inside the pool: this thread returns on its own.
       worker.thread.detach();
-    } else if (worker.thread.joinable()) {
-      worker.thread.join();
+      continue;
     }
+    if (!worker.thread.joinable()) continue;
+    std::unique_lock lock(impl_->mutex);
+    if (impl_->exitedCv.wait_until(lock, deadline, [&worker] { return worker.exited; })) {
+      lock.unlock();
+      worker.thread.join();
+    } else {
+      worker.thread.detach();
+      ++leftBehind;
+    }
+  }
+  if (leftBehind > 0) {
+    log::get().warn("{} pool thread{} still in a task at shutdown (a handler that never "
+                    "returns?): left to run while the process exits", leftBehind,
+                    leftBehind == 1 ? " is" : "s are");
   }
 }
 
@@ -133,6 +151,8 @@ void IoPool::Impl::workerMain(Worker& self) {
     if (available() > 1) self.running = false;
   }
   self.running = false;
+  self.exited = true;
+  exitedCv.notify_all();
   detail::setBlockingHooks(nullptr);
 }
 

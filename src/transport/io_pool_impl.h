@@ -24,6 +24,7 @@ struct IoPool::Impl {
     bool running = false;           // in the run loop (else parked)
     bool blocked = false;           // inside a BlockingScope
     Clock::time_point busySince{};  // in a pool task since then; epoch: not in one
+    bool exited = false;            // workerMain has returned: join() will not wait
   };
 
   boost::asio::io_context io;
@@ -33,6 +34,7 @@ struct IoPool::Impl {
   mutable std::mutex mutex;
   std::condition_variable parked;  // parked workers wait here until addRunner picks them
   std::condition_variable monitorCv;
+  std::condition_variable exitedCv;  // a worker has left workerMain
   std::list<Worker> workers;  // stable addresses
   bool stopped = false;
   std::thread monitor;

@@ -36,6 +36,8 @@ class IoPool final : public Executor {
   void after(std::chrono::milliseconds delay, std::function<void()> task) override;
   /// Stops the io_context and joins the threads; a pool thread that calls it
   /// ends once its task returns (it keeps the pool's state alive till then).
+  /// A thread still in a task after CROWN_FLUSH_TIMEOUT_MS (a handler that
+  /// never returns) is left to run on, likewise, and logged (SHT-1).
   void stop() override;
   bool inPool() const override;
   /// Threads running the io_context now (not parked, not blocked).
