@@ -60,7 +60,7 @@ unhandled = []  # failures no hook handled on this rank: the job ends non-zero
 def spawned(local: int, shape, cls: type, name: str) -> None:
     """Remembers who owns a mesh just spawned here: the actor whose endpoint
     runs on this thread, else the controller."""
-    actor = _crown.current_actor()
+    actor = _runtime.current_actor()  # also on an actor's loop thread
     with _lock:
         _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name)
 
