@@ -441,3 +441,40 @@ def test_mixing_sync_and_async_endpoints_is_refused_at_spawn():
         with pytest.raises(ValueError, match="mixes sync and async endpoints"):  # Monarch's type
             crown.world_flat().spawn("mixed", cls)
     assert crown._crown.python_actors() == before  # nothing was spawned here
+
+
+class Child(Actor):
+    @endpoint
+    def fail(self):
+        raise RuntimeError("the child fails on purpose")
+
+
+class ConcurrentParent(Actor):
+    def __init__(self):
+        self.failures = []
+        self.children = None
+
+    @concurrent_endpoint
+    async def spawn_and_fail(self):
+        # On the loop thread: spawn still records this actor as the owner.
+        self.children = crown.world_flat().spawn("concurrent_children", Child)
+        self.children.slice(ranks=1).fail.broadcast()
+        return crown.actor.current_actor_name()
+
+    async def __supervise__(self, failure):
+        self.failures.append(failure.rank)
+        return True
+
+    @endpoint
+    async def seen(self):
+        return list(self.failures)
+
+
+def test_a_mesh_spawned_on_the_loop_thread_is_owned_by_the_actor(faults):
+    parent = crown.world_flat().spawn("concurrent_parent", ConcurrentParent).slice(ranks=2)
+    assert parent.spawn_and_fail.call_one().get(timeout=WAIT).startswith("concurrent_parent{")
+    deadline = time.monotonic() + WAIT
+    while parent.seen.call_one().get(timeout=WAIT) != [1]:
+        assert time.monotonic() < deadline, "the owner did not hear of its child's death"
+        time.sleep(0.05)
+    assert faults.empty()  # not the controller's
