@@ -16,6 +16,16 @@ and the actor dies (its mesh's owner hears: crown._supervision), and a fold
 fails that member. The owner hears through a one-way "__supervise__" call to
 its own actor, so supervise() runs in the actor's turn, between messages.
 
+Endpoints that answer through a port (explicit_response_port, and every
+concurrent_endpoint) get the caller's Port as their first argument; an
+exception escaping an explicit-port endpoint kills the actor (FATAL), as in
+Monarch, since its caller waits on the port, not on the call. An actor class
+with a concurrent endpoint gets its own loop thread (_ActorLoop) at its first
+concurrent call: from then on its event loop runs between messages too,
+concurrent endpoints run on it as tasks (dispatch returns once the task has
+run to its first await), and ordinary async endpoints still run one at a
+time (dispatch waits for each). release() cancels what still runs.
+
 combine() runs an Accumulator's function at a cast-tree hop (reducer keys
 "py:<base64 pickle>", resolved in python/src/bind_reduce.cpp).
 """
@@ -27,19 +37,44 @@ import inspect
 import threading
 import traceback
 
-from . import _pickle
+from . import _crown, _pickle
 
 VALUE = b"\x00"
 RAISED = b"\x01"
 FATAL = b"\x02"
 SUPERVISE = "__supervise__"  # the name a failure report is called under
 STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
+PROBE = "__crown_probe__"  # a caller waiting on a port asks whether the actor still lives
+DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
+STOP_WAIT_S = 5.0  # how long release() waits for cancelled tasks to finish
 
 _current = threading.local()  # the actor instance whose endpoint this thread runs
 
 
 def current_instance():
     return getattr(_current, "instance", None)
+
+
+def here():
+    """_crown.here(), also on an actor's loop thread (where C++ sees no actor
+    running): (rank, Shape) of the mesh actor this code runs for, or None."""
+    point = _crown.here()
+    if point is None:
+        loop = getattr(_current, "loop", None)
+        if loop is not None:
+            return loop.here
+    return point
+
+
+def current_actor():
+    """_crown.current_actor(), also on an actor's loop thread: (rank, local id)
+    of the actor this code runs for, or None."""
+    actor = _crown.current_actor()
+    if actor is None:
+        loop = getattr(_current, "loop", None)
+        if loop is not None:
+            return loop.actor
+    return actor
 
 
 class ConstructionError(Exception):
@@ -56,7 +91,9 @@ def construct(payload: bytes):
 
 
 def _event_loop(instance):
-    # One loop per actor runs its async endpoints, one message at a time.
+    # One loop per actor runs its async endpoints. Until the actor's first
+    # concurrent call it runs only while a message is handled (on the pool
+    # thread, run_until_complete); then on the actor's loop thread.
     loop = instance.__dict__.get("_crown_loop")
     if loop is None:
         loop = asyncio.new_event_loop()
@@ -64,19 +101,182 @@ def _event_loop(instance):
     return loop
 
 
-_endpoints = {}  # (class, name) -> the endpoint's function: found once, not per message
+def _complete(instance, awaitable):
+    """Runs an async endpoint (or __supervise__) to its end for dispatch: on
+    the actor's loop thread when it has one (its concurrent tasks run
+    meanwhile), else on this thread."""
+    loop = instance.__dict__.get("_crown_loop_thread")
+    if loop is not None:
+        return loop.wait(awaitable)
+    return _event_loop(instance).run_until_complete(awaitable)
 
 
-def _endpoint_function(cls, name):
-    function = _endpoints.get((cls, name))
-    if function is None:
+class _Guarded:
+    """An outcome that crossed from the loop thread: a BaseException must not
+    escape a task (SystemExit and KeyboardInterrupt would stop the loop)."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+async def _guarded(awaitable):
+    try:
+        return await awaitable
+    except BaseException as error:  # noqa: BLE001 - re-raised on the dispatching thread
+        return _Guarded(error)
+
+
+class _ActorLoop:
+    """The loop thread of one actor (one whose class has a concurrent
+    endpoint): runs the actor's event loop from its first concurrent call
+    until release(). Start order (ORD-1 gives message order from one
+    sender): dispatch returns from a concurrent call only once its task has
+    run to its first await (or is waiting for a slot), so the actor's next
+    message sees what the body did before awaiting; tasks waiting for a slot
+    of the same endpoint take them in arrival order. Ordinary async endpoints
+    run here too, one at a time: dispatch waits for each. Code here runs
+    outside the C++ handler: here() and current_actor() fall back to what was
+    captured from the dispatching thread, and its sends leave as from the
+    process (rank, 0), not as from the actor."""
+
+    def __init__(self, instance):
+        self.loop = _event_loop(instance)
+        self.here = _crown.here()
+        self.actor = _crown.current_actor()
+        self.slots = {}  # endpoint name -> asyncio.Semaphore of its bound
+        self.stopping = False
+        self.thread = threading.Thread(
+            target=self._main, args=(instance,), daemon=True,
+            name=f"crown-loop-{type(instance).__qualname__}")
+        self.thread.start()
+
+    def _main(self, instance):
+        _current.instance = instance
+        _current.loop = self
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def wait(self, awaitable):
+        outcome = asyncio.run_coroutine_threadsafe(_guarded(awaitable), self.loop).result()
+        if isinstance(outcome, _Guarded):
+            raise outcome.error
+        return outcome
+
+    def start(self, instance, ep, args, kwargs):
+        """Starts a concurrent endpoint's task; returns once it has run to
+        its first await."""
+        started = threading.Event()
+
+        def create():
+            try:
+                self.loop.create_task(self._body(instance, ep, args, kwargs))
+            finally:
+                self.loop.call_soon(started.set)  # after the task's first step
+
+        self.loop.call_soon_threadsafe(create)
+        started.wait()
+        return None
+
+    async def _body(self, instance, ep, args, kwargs):
+        port, args = args[0], args[1:]
+        slots = self.slots.get(ep.name)
+        if slots is None:
+            slots = self.slots[ep.name] = asyncio.Semaphore(ep.concurrent)
+        try:
+            async with slots:  # at the bound: waits (backpressure), not an error
+                if ep.explicit_response_port:
+                    await ep.fn(instance, port, *args, **kwargs)
+                else:
+                    port.send(await ep.fn(instance, *args, **kwargs))
+        except asyncio.CancelledError as error:
+            if self.stopping:
+                return  # the actor stops: nothing to report
+            if not ep.explicit_response_port:
+                self._forward(instance, ep, port, error)
+        except Exception as error:
+            if ep.explicit_response_port:
+                self._kill(instance, ep, port, error)
+            else:
+                self._forward(instance, ep, port, error)
+        except BaseException as error:  # noqa: BLE001 - SystemExit and the like kill the actor
+            self._kill(instance, ep, port, error)
+
+    def _forward(self, instance, ep, port, error):
+        # Monarch's concurrent endpoint forwards its body's exception to the
+        # caller (ActorError there); a port that cannot take it (a broadcast's
+        # dropping port raises it) leaves it unhandled: the actor dies.
+        try:
+            port.exception(error)
+        except BaseException:  # noqa: BLE001 - whatever it was, it reached nobody
+            self._kill(instance, ep, port, error)
+
+    def _kill(self, instance, ep, port, error):
+        """A failure no caller hears of: the actor dies of it, as in Monarch.
+        The actor refuses its next message with FATAL (_run) and is sent one
+        itself, so it dies even if nothing else comes; the port hears first,
+        so that its caller asks at once (a probe) rather than at its next
+        interval."""
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        report = (f"concurrent endpoint {ep.name!r} of {type(instance).__qualname__} raised "
+                  f"{type(error).__qualname__}: {_message_of(error)} (not sent to its port, so "
+                  f"the actor dies of it)\n{text}")
+        instance.__dict__["_crown_dying"] = report
+        try:
+            if self.actor is not None:
+                _crown.send(self.actor[0], self.actor[1],
+                            *_pickle.dumps_parts((DIE, (report,), {})))
+            died = getattr(port, "_died", None)
+            if died is not None:
+                died()
+        except Exception:  # noqa: BLE001 - the actor may be gone already
+            traceback.print_exc()
+
+    def stop(self):
+        """Cancels every task still running and ends the thread (waits up to
+        STOP_WAIT_S for the tasks' own handling of the cancellation)."""
+        def begin():
+            self.stopping = True
+            self.loop.create_task(self._cancel_all())
+
+        try:
+            self.loop.call_soon_threadsafe(begin)
+        except RuntimeError:  # closed already
+            return
+        if threading.current_thread() is not self.thread:
+            self.thread.join(STOP_WAIT_S + 1.0)
+
+    async def _cancel_all(self):
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)
+        self.loop.stop()
+
+
+def _actor_loop(instance) -> _ActorLoop:
+    loop = instance.__dict__.get("_crown_loop_thread")
+    if loop is None:
+        loop = instance.__dict__["_crown_loop_thread"] = _ActorLoop(instance)
+    return loop
+
+
+_endpoints = {}  # (class, name) -> the endpoint: found once, not per message
+
+
+def _endpoint_of(cls, name):
+    found = _endpoints.get((cls, name))
+    if found is None:
         from .actor import endpoint  # here: actor.py imports this module
 
-        method = inspect.getattr_static(cls, name, None)
-        if not isinstance(method, endpoint):
+        found = inspect.getattr_static(cls, name, None)
+        if not isinstance(found, endpoint):
             raise AttributeError(f"{cls.__name__} has no endpoint {name!r}")
-        function = _endpoints[(cls, name)] = method.fn
-    return function
+        _endpoints[(cls, name)] = found
+    return found
 
 
 def dispatch(instance, payload, report: bool = False, parts: bool = False):
@@ -95,20 +295,32 @@ def _run(instance, payload, report):
     outer = current_instance()
     _current.instance = instance
     name = None
+    ep = None
     try:
         name, args, kwargs = _pickle.loads(payload)
         rref = None
         if type(name) is tuple:  # EndpointRef.rref: keep the result on this rank's engine
             _, name, engine, ref = name
             rref = (engine, ref)
+        dying = instance.__dict__.get("_crown_dying")
+        if dying is not None:  # a concurrent task failed: the actor dies now
+            return FATAL + dying.encode("utf-8", "backslashreplace")
         if name == SUPERVISE:
             result = supervise(instance, *args)
         elif name == STOP:
             result = finish(instance, None)
+        elif name == PROBE:
+            result = None
+        elif name == DIE:
+            return FATAL + args[0].encode("utf-8", "backslashreplace")
         else:
-            result = _endpoint_function(type(instance), name)(instance, *args, **kwargs)
+            ep = _endpoint_of(type(instance), name)
+            if ep.concurrent is not None:
+                result = _actor_loop(instance).start(instance, ep, args, kwargs)
+            else:
+                result = ep.fn(instance, *args, **kwargs)
         if inspect.isawaitable(result):
-            result = _event_loop(instance).run_until_complete(result)
+            result = _complete(instance, result)
         if rref is not None:
             from .tensor._engine import keep_on_engine
 
@@ -118,19 +330,33 @@ def _run(instance, payload, report):
         _current.error = error  # for dying(), should this failure kill the actor
         text = traceback.format_exc()
         message = _message_of(error)
-        if report or not isinstance(error, Exception):
+        # An explicit-port endpoint's caller waits on the port, not on this
+        # call: an exception escaping it reaches nobody, so the actor dies
+        # (Monarch's rule), under any adverb.
+        explicit = ep is not None and ep.explicit_response_port
+        if report or explicit or not isinstance(error, Exception):
             where = f"endpoint {name!r}" if name is not None else "a call that did not unpickle"
-            tag = RAISED if isinstance(error, Exception) else FATAL
+            tag = RAISED if isinstance(error, Exception) and not explicit else FATAL
+            note = " (not sent to its port, so the actor dies of it)" if explicit else ""
             return tag + (f"{where} of {type(instance).__qualname__} raised "
-                             f"{type(error).__qualname__}: {message}\n{text}").encode(
+                             f"{type(error).__qualname__}: {message}{note}\n{text}").encode(
                                  "utf-8", "backslashreplace")
-        try:
-            original = _pickle.dumps(error)
-        except Exception:  # an exception that does not pickle still reports its text
-            original = None
-        return RAISED + _pickle.dumps((original, type(error).__qualname__, message, text))
+        return RAISED + raised_body(error, text)
     finally:
         _current.instance = outer
+
+
+def raised_body(error: BaseException, text: str = None) -> bytes:
+    """An exception as a caller reads it (after the RAISED tag): pickled
+    (the exception itself when it pickles, its type's name, its message, the
+    traceback text)."""
+    if text is None:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        original = _pickle.dumps(error)
+    except Exception:  # an exception that does not pickle still reports its text
+        original = None
+    return _pickle.dumps((original, type(error).__qualname__, _message_of(error), text))
 
 
 class UnhandledFailure(Exception):
@@ -151,7 +377,7 @@ def supervise(instance, failure):
     try:
         handled = method(failure)
         if inspect.isawaitable(handled):
-            handled = _event_loop(instance).run_until_complete(handled)
+            handled = _complete(instance, handled)
     except Exception as error:
         raise UnhandledFailure(f"{cls}.__supervise__ raised {type(error).__qualname__}: "
                                f"{_message_of(error)}, handling the failure of its mesh "
@@ -190,7 +416,7 @@ def finish(instance, exc) -> None:
     instance.__dict__["_crown_finished"] = True
     from . import _crown, _supervision
 
-    actor = _crown.current_actor()
+    actor = current_actor()
     if actor is not None:
         _supervision.stop_owned(actor[1])
     cleanup = getattr(instance, "__cleanup__", None)
@@ -201,7 +427,7 @@ def finish(instance, exc) -> None:
     try:
         result = cleanup(exc)
         if inspect.isawaitable(result):
-            _event_loop(instance).run_until_complete(result)
+            _complete(instance, result)
     except BaseException:  # noqa: BLE001 - a failing cleanup must not stop the stop
         _crown.log("error", f"__cleanup__ of {type(instance).__qualname__} raised:\n"
                             f"{traceback.format_exc()}")
@@ -211,9 +437,14 @@ def finish(instance, exc) -> None:
 
 
 def release(instance) -> None:
-    """The actor was stopped: close its event loop (a selector and two sockets)."""
+    """The actor was stopped (or died): cancel the tasks still running on its
+    loop thread and end it, and close its event loop (a selector and two
+    sockets)."""
+    thread = instance.__dict__.pop("_crown_loop_thread", None)
     loop = instance.__dict__.pop("_crown_loop", None)
-    if loop is not None and not loop.is_running():
+    if thread is not None:
+        thread.stop()  # the thread closes the loop
+    elif loop is not None and not loop.is_running():
         loop.close()
 
 
@@ -239,8 +470,6 @@ def combine(key: str, a: bytes, b: bytes) -> bytes:
         function = _combine_function(key)
         return VALUE + _pickle.dumps(function(_pickle.loads(a[1:]), _pickle.loads(b[1:])))
     except BaseException as error:  # noqa: BLE001 - it fails that member, not the process
-        from . import _crown
-
         if function is None:
             name = "(which did not unpickle here)"
         else:

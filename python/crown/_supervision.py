@@ -77,7 +77,7 @@ def spawned(local: int, shape, cls: type, name: str) -> None:
     runs on this thread, else the controller."""
     if getattr(_system, "spawning", False):
         return
-    actor = _crown.current_actor()
+    actor = _runtime.current_actor()  # also on an actor's loop thread
     with _lock:
         _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name)
 

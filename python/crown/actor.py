@@ -42,7 +42,7 @@ from . import _crown, _pickle, _runtime, _supervision
 from ._supervision import MeshFailure
 
 __all__ = [
-    "Actor", "endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
+    "Actor", "endpoint", "concurrent_endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
     "ActorError", "ActorStoppedError", "SupervisionError", "MeshError", "Channel", "Port",
     "PortReceiver",
     "Accumulator", "current_rank", "current_size", "current_actor_name", "context", "this_host",
@@ -261,12 +261,44 @@ class Actor:
 
 class endpoint:  # noqa: N801 - Monarch's name
     """Marks an actor method (plain or ``async def``) as callable from other
-    actors and the controller, through the adverbs of an ActorMesh."""
+    actors and the controller, through the adverbs of an ActorMesh. Bare
+    (``@endpoint``) or with options:
 
-    def __init__(self, fn: Callable):
+    ``@endpoint(explicit_response_port=True)``: the method gets a
+    :class:`Port` as its first argument (after self) and replies with
+    ``port.send(value)``, or ``port.exception(error)`` (the caller's get()
+    raises ActorError), now or later, from another endpoint or a thread; what
+    it returns is ignored. The adverbs (call, call_one, choose, stream) give
+    what is sent to the port; a broadcast's port drops values and raises an
+    exception sent to it. An exception escaping such a method kills the actor
+    (Monarch's rule): its caller gets SupervisionError."""
+
+    def __new__(cls, fn: Optional[Callable] = None, /, *, explicit_response_port: bool = False):
+        if fn is None:  # @endpoint(...): the options first, then the method
+            return functools.partial(cls, explicit_response_port=explicit_response_port)
+        return super().__new__(cls)
+
+    def __getnewargs__(self):
+        # A class pickled by value (cloudpickle) carries its endpoints: __new__
+        # gets the method back, not the options-first form.
+        return (self.fn,)
+
+    def __init__(self, fn: Callable, /, *, explicit_response_port: bool = False):
+        if isinstance(fn, endpoint):
+            raise TypeError(f"{fn.name} is an endpoint already")
+        if not callable(fn):
+            raise TypeError(f"@endpoint marks a method, not {fn!r}")
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
+        self.explicit_response_port = bool(explicit_response_port)
+        self.concurrent: Optional[int] = None  # concurrent_endpoint's bound
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    @property
+    def ported(self) -> bool:
+        """Whether the caller waits on a port for its reply, not on the call."""
+        return self.explicit_response_port or self.concurrent is not None
 
     def __set_name__(self, owner, name):
         self.name = name
@@ -275,6 +307,73 @@ class endpoint:  # noqa: N801 - Monarch's name
         if instance is None:
             return self
         return self.fn.__get__(instance, owner)  # inside the actor: a plain method
+
+
+DEFAULT_MAX_CONCURRENCY = 16
+
+
+def concurrent_endpoint(fn: Optional[Callable] = None, /, *,
+                        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+                        explicit_response_port: bool = False):
+    """An ``async def`` endpoint whose calls run beside each other and beside
+    the actor's next messages (Monarch's ``concurrent_endpoint``): each call's
+    body runs as an asyncio task on the actor's own loop thread, and the
+    actor takes its next message once the body has run to its first await
+    (so that message sees what the body did before it). At most
+    ``max_concurrency`` calls of this endpoint run at once per actor (16 by
+    default); the next one waits for a slot (backpressure, not an error),
+    without holding up the actor's other messages, and slots go in arrival
+    order. The caller's adverbs work as for any endpoint: what the body
+    returns is the reply, an exception it raises reaches the caller as
+    ActorError and the actor lives on. With ``explicit_response_port=True``
+    the body gets the Port first and replies through it, and an exception
+    escaping it kills the actor. Tasks still running when the actor stops are
+    cancelled. An actor's ordinary async endpoints still run one at a time."""
+    if fn is None:
+        return functools.partial(concurrent_endpoint, max_concurrency=max_concurrency,
+                                 explicit_response_port=explicit_response_port)
+    if isinstance(fn, endpoint):
+        raise ValueError("concurrent_endpoint does not wrap @endpoint; pass endpoint options "
+                         "to @concurrent_endpoint")
+    if not inspect.iscoroutinefunction(fn):
+        raise ValueError(f"concurrent_endpoint can only wrap async endpoints (async def), not "
+                         f"{getattr(fn, '__qualname__', fn)!r}")
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) \
+            or max_concurrency < 1:
+        raise ValueError(f"concurrent_endpoint(max_concurrency={max_concurrency!r}): the bound "
+                         f"must be an int of at least 1")
+    marked = endpoint(fn, explicit_response_port=explicit_response_port)
+    marked.concurrent = max_concurrency
+    return marked
+
+
+class MixedEndpointsError(TypeError, ValueError):
+    """An actor class has both sync and async endpoints: refused at spawn, as
+    Monarch refuses it (with ValueError; this is both a TypeError and a
+    ValueError)."""
+
+
+_endpoint_kinds_checked: "weakref.WeakSet[type]" = weakref.WeakSet()
+
+
+def _check_endpoint_kinds(cls: type) -> None:
+    """Monarch's rule, at spawn, before anything is sent: an actor's
+    endpoints are all sync or all async (a sync endpoint that blocks would
+    stall the async ones sharing its actor's loop)."""
+    if cls in _endpoint_kinds_checked:
+        return
+    sync, asynchronous = [], []
+    for name in dir(cls):
+        found = inspect.getattr_static(cls, name, None)
+        if isinstance(found, endpoint):
+            (asynchronous if found.is_async else sync).append(name)
+    if sync and asynchronous:
+        raise MixedEndpointsError(
+            f"{cls.__qualname__} mixes sync and async endpoints (sync: {sync}, async: "
+            f"{asynchronous}); as in Monarch, an actor's endpoints must be all sync or all "
+            f"async, since a sync endpoint that blocks would stall the async ones: make them "
+            f"all async def, or split the actor in two")
+    _endpoint_kinds_checked.add(cls)
 
 
 def _outcome(payload: bytes, rank: int, actor: str):
@@ -557,7 +656,7 @@ class ProcMesh(_Sliceable):
         from then on. The processes themselves live on: the launcher started
         them, and they serve other meshes until the job ends. Returns a done
         Future (``await procs.stop()`` works)."""
-        actor = _crown.current_actor()
+        actor = _runtime.current_actor()
         _supervision.stop_owned(actor[1] if actor is not None else None,
                                 set(self._shape.ranks()))
         self._stopped[0] = True
@@ -571,6 +670,7 @@ class ProcMesh(_Sliceable):
         if self._stopped[0]:
             raise RuntimeError(f"cannot spawn '{name}': this ProcMesh ({self._shape}) was "
                                f"stopped (ProcMesh.stop)")
+        _check_endpoint_kinds(cls)  # MixedEndpointsError, before anything is sent
         try:
             payload = _pickle.dumps((_construct, (name, cls, *args), kwargs))
         except TypeError as e:
@@ -649,12 +749,19 @@ class EndpointRef:
         self._mesh = mesh
         self._name = name
         self._only_rank = None  # call_one's rank, once checked
+        found = inspect.getattr_static(mesh._cls, name, None)
+        # Its reply comes through a port (explicit_response_port, concurrent_endpoint).
+        self._ported = isinstance(found, endpoint) and found.ported
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
                         f".call_one(...), .choose(...), .stream(...) or .broadcast(...)")
 
     def _payload(self, args, kwargs, adverb: str) -> bytes:
+        if self._ported and adverb == "accumulate":
+            raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
+                            f"concurrent_endpoint): an Accumulator cannot fold its replies; "
+                            f"use call()")
         try:
             return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
         except TypeError as e:
@@ -687,6 +794,14 @@ class EndpointRef:
         with the whole ValueMesh as its ``value_mesh``. ``value_mesh()`` on the
         Future gives that ValueMesh without raising."""
         mesh = self._mesh
+        if self._ported:
+            replies = _PortedReplies(self, mesh._shape.ranks(), (args, kwargs))
+            replies.watch_stream(_crown.cast_stream(
+                mesh._shape, mesh._local, replies.payload(args, kwargs, "call")))
+            every = Future(lambda timeout: ValueMesh(mesh._shape, replies.entries(timeout)))
+            future = Future(lambda timeout: _all_succeeded(every.get(timeout)))
+            future._mesh = every
+            return future
         pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs, "call"))
         # _kept: the arguments live as long as the Future, so that a mesh tensor
         # among them is not deleted on its engines before the actors read it.
@@ -695,6 +810,12 @@ class EndpointRef:
         future = Future(lambda timeout: _all_succeeded(replies.get(timeout)))
         future._mesh = replies
         return future
+
+    def _ported_direct(self, rank: int, args, kwargs, adverb: str) -> Future:
+        replies = _PortedReplies(self, [rank], (args, kwargs))
+        parts = replies.payload(args, kwargs, adverb, parts=True)
+        replies.watch_request(rank, _crown.request(rank, self._mesh._local, *parts))
+        return Future(lambda timeout: replies.one(rank, timeout))
 
     def _direct(self, rank: int, parts, kept) -> Future:
         pending = _crown.request(rank, self._mesh._local, *parts)
@@ -726,10 +847,15 @@ class EndpointRef:
                                  f"{shape} ({len(shape)} actors): slice it first, e.g. "
                                  f".slice({shape.labels[0]}=0), or use call()")
             self._only_rank = shape.ranks()[0]
+        if self._ported:
+            return self._ported_direct(self._only_rank, args, kwargs, "call_one")
         return self._direct(self._only_rank, self._parts(args, kwargs, "call_one"), (args, kwargs))
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
+        if self._ported:
+            return self._ported_direct(_crown.choose_rank(self._mesh._shape), args, kwargs,
+                                       "choose")
         parts = self._parts(args, kwargs, "choose")
         return self._direct(_crown.choose_rank(self._mesh._shape), parts, (args, kwargs))
 
@@ -739,6 +865,11 @@ class EndpointRef:
         arrive, or raises that member's error; ``get(timeout)`` raises
         TimeoutError when it has not come, and can be tried again."""
         mesh = self._mesh
+        if self._ported:
+            replies = _PortedReplies(self, mesh._shape.ranks(), (args, kwargs))
+            replies.watch_stream(_crown.cast_stream(
+                mesh._shape, mesh._local, replies.payload(args, kwargs, "stream")))
+            return (Future(functools.partial(replies.take, k)) for k in range(len(mesh._shape)))
         pending = _crown.cast_stream(mesh._shape, mesh._local,
                                      self._payload(args, kwargs, "stream"))
         arrivals = _Arrivals(self, pending, (args, kwargs))
@@ -752,6 +883,9 @@ class EndpointRef:
         and ValueError when their tensors differ in shape or dtype."""
         from .tensor._engine import rref
 
+        if self._ported:
+            raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
+                            f"concurrent_endpoint): rref() keeps what an endpoint returns")
         return rref(self._mesh._shape, self._mesh._local, self._name, args, kwargs,
                     lambda raw: self._entries(raw))
 
@@ -760,7 +894,11 @@ class EndpointRef:
         must stay alive until the actors have read it (until a later call to
         them returns, say): nothing here knows when they have."""
         mesh = self._mesh
-        _crown.cast_broadcast(mesh._shape, mesh._local, self._payload(args, kwargs, "broadcast"))
+        if self._ported:  # a port that drops values and raises an exception sent to it
+            payload = _ported_payload(self, _DroppingPort(), args, kwargs, "broadcast")
+        else:
+            payload = self._payload(args, kwargs, "broadcast")
+        _crown.cast_broadcast(mesh._shape, mesh._local, payload)
 
 
 class _Arrivals:
@@ -837,15 +975,18 @@ _port_actor: Optional[int] = None  # the port actor's local id, once spawned
 
 class _PortActor(Actor):
     @endpoint
-    def deliver(self, port_id: int, value):
+    def deliver(self, port_id: int, item, quiet: bool = False):
         receiver = _receivers.get(port_id)
         if receiver is None:
             # A warning, not a raise: a failure would count against the one
-            # actor that serves every channel of this process.
-            _crown.log("warn", f"port {port_id} on rank {_crown.rank()} is closed: dropped a "
-                               f"{type(value).__name__} sent to it")
+            # actor that serves every channel of this process. Quiet for a
+            # reply port: what comes after the reply (or after the caller
+            # gave up) is dropped, as a once-port's would be.
+            if not quiet:
+                _crown.log("warn", f"port {port_id} on rank {_crown.rank()} is closed: dropped "
+                                   f"a {type(item).__name__} sent to it")
             return
-        receiver.put(value)
+        receiver.put(item)
 
 
 def _port_actor_id() -> int:
@@ -862,24 +1003,297 @@ def open_ports() -> int:
     return len(_receivers)
 
 
+class _Failed:
+    """An exception sent to a port (Port.exception): where it was sent from
+    and the exception as a caller reads it (_runtime.raised_body)."""
+
+    def __init__(self, rank: int, body: bytes):
+        self.rank, self.body = rank, body
+
+    def error(self, actor: str) -> "ActorError":
+        return _outcome(_runtime.RAISED + self.body, self.rank, actor)
+
+
+class _Died:
+    """Sent to a reply port by an actor dying of a concurrent task's failure:
+    its caller asks at once whether the member lives (it does not)."""
+
+
 class Port(Generic[R]):
     """Where a channel's values go: ``port.send(value)`` from any actor or the
-    controller. Picklable, so it travels inside messages."""
+    controller; ``port.exception(error)`` makes the receiver's get() raise it.
+    Picklable, so it travels inside messages."""
+
+    _quiet = False  # whether a value for a closed port is dropped without a warning
 
     def __init__(self, rank: int, local: int, port_id: int):
         self._rank, self._local, self._port_id = rank, local, port_id
 
+    def _item(self, item):
+        return item
+
+    def _post(self, item, what: str) -> None:
+        try:
+            parts = _pickle.dumps_parts(("deliver", (self._port_id, self._item(item),
+                                                     self._quiet), {}))
+        except TypeError as e:
+            raise _unpicklable(e, what, (item,), {}) from None
+        _crown.send(self._rank, self._local, *parts)
+
     def send(self, value) -> None:
         """One-way: nothing waits; a value for a closed port is dropped (and
         logged on the receiver's rank)."""
-        try:
-            parts = _pickle.dumps_parts(("deliver", (self._port_id, value), {}))
-        except TypeError as e:
-            raise _unpicklable(e, "Port.send()", (value,), {}) from None
-        _crown.send(self._rank, self._local, *parts)
+        self._post(value, "Port.send()")
+
+    def exception(self, error: BaseException) -> None:
+        """Sends an exception instead of a value (Monarch's Port.exception):
+        the receiver's get() raises it (a plain channel's receiver raises the
+        exception itself when it unpickles there, else an ActorError with its
+        text); an endpoint's caller gets ActorError, the exception as its
+        ``__cause__``, with the traceback where it was raised."""
+        if not isinstance(error, BaseException):
+            raise TypeError(f"Port.exception() takes an exception, not {type(error).__name__}")
+        self._post(_Failed(_crown.rank(), _runtime.raised_body(error)), "Port.exception()")
 
     def __reduce__(self):
         return (Port, (self._rank, self._local, self._port_id))
+
+
+class _ReplyPort(Port):
+    """The port a ported endpoint's caller waits on (_PortedReplies). Each
+    value goes with the member that sends it (the rank where the port first
+    arrived), since a cast's members all get the same port."""
+
+    _quiet = True
+
+    def __init__(self, rank: int, local: int, port_id: int, member: Optional[int] = None):
+        super().__init__(rank, local, port_id)
+        self._member = member
+
+    def _item(self, item):
+        return (self._member, item)
+
+    def _died(self) -> None:
+        self._post(_Died(), "Port.send()")
+
+    def __reduce__(self):
+        return (_reply_port, (self._rank, self._local, self._port_id, self._member))
+
+
+def _reply_port(rank: int, local: int, port_id: int, member: Optional[int]) -> _ReplyPort:
+    return _ReplyPort(rank, local, port_id, _crown.rank() if member is None else member)
+
+
+class _DroppingPort(Port):
+    """A broadcast's port (Monarch's DroppingPort): nobody waits, so values
+    are dropped, and an exception sent to it is raised where it is sent, so
+    that it kills the actor as any failed one-way call does."""
+
+    def __init__(self):
+        super().__init__(-1, 0, 0)
+
+    def send(self, value) -> None:
+        pass
+
+    def exception(self, error: BaseException) -> None:
+        raise error
+
+    def __reduce__(self):
+        return (_DroppingPort, ())
+
+
+def _ported_payload(ref: "EndpointRef", port: Port, args, kwargs, adverb: str,
+                    parts: bool = False):
+    """A ported endpoint's call: the port goes first, before the caller's arguments."""
+    try:
+        if parts:
+            return _pickle.dumps_parts((ref._name, (port, *args), kwargs))
+        return _pickle.dumps((ref._name, (port, *args), kwargs))
+    except TypeError as e:
+        raise _unpicklable(e, f"{ref._name}.{adverb}()", args, kwargs) from None
+
+
+REPLY_POLL_S = 0.05  # how often a caller waiting on a reply port looks at its members
+PROBE_INTERVAL_S = 1.0  # how often it asks a member that returned without replying
+
+
+class _PortedReplies:
+    """The replies of one call to a ported endpoint (explicit_response_port,
+    concurrent_endpoint): each member's first value or exception sent to the
+    call's reply port, in arrival order.
+
+    DLV-1: a member that dies, or whose process is lost, before it replies
+    does not leave its caller waiting. The call travels as a request (a
+    cast's members each answer), whose completion fails when the member dies
+    or its process is lost while the endpoint runs; once the endpoint has
+    returned without replying (it replies later, from elsewhere), the caller
+    asks the member, with a probe request, every PROBE_INTERVAL_S, at once
+    when ``_crown.alive(rank)`` says its process is gone, and at once when
+    the member says it dies (_Died): a dead member refuses the probe with
+    SupervisionError naming the cause, a stopped one with
+    ActorStoppedError, a lost process with SupervisionError, and that is the
+    member's outcome. A member that lives and never replies is waited for
+    (get(timeout) bounds the wait)."""
+
+    def __init__(self, ref: "EndpointRef", ranks: List[int], kept):
+        self._ref = ref
+        self._actor = ref._mesh._name
+        self._kept = kept  # the arguments live as long as the call (as call()'s)
+        self._queue: "queue.Queue" = queue.Queue()
+        local = _port_actor_id()
+        port_id = next(_next_port)
+        _receivers[port_id] = self._queue
+        self._close = weakref.finalize(self, _receivers.pop, port_id, None)
+        self._close.atexit = False
+        self.port = _ReplyPort(_crown.rank(), local, port_id)
+        self._ranks = list(ranks)
+        self._open = set(ranks)  # members with no outcome yet
+        self._outcomes: Dict[int, Tuple[Any, Optional[BaseException]]] = {}
+        self._arrivals: List[int] = []  # members in the order their outcomes came
+        self._requests: Dict[int, Any] = {}  # member -> the call's RequestFuture
+        self._stream = None  # a cast's CastStream, until every member has answered
+        self._returned: Dict[int, float] = {}  # member -> when to probe it next
+        self._probes: Dict[int, Any] = {}  # member -> a probe's RequestFuture
+        self._lock = threading.Lock()
+
+    def payload(self, args, kwargs, adverb: str, parts: bool = False):
+        return _ported_payload(self._ref, self.port, args, kwargs, adverb, parts)
+
+    def watch_request(self, rank: int, pending) -> None:
+        self._requests[rank] = pending
+
+    def watch_stream(self, stream) -> None:
+        self._stream = stream
+
+    # The outcomes, each waiting as long as timeout allows (TimeoutError
+    # leaves the call pending; get again later).
+    def entries(self, timeout: Optional[float]):
+        self._wait(lambda: not self._open, timeout, "every reply")
+        return [(rank, *self._outcomes[rank]) for rank in self._ranks]
+
+    def one(self, rank: int, timeout: Optional[float]):
+        self._wait(lambda: not self._open, timeout, "the reply")
+        value, error = self._outcomes[rank]
+        if error is not None:
+            raise error
+        return value
+
+    def take(self, k: int, timeout: Optional[float]):
+        self._wait(lambda: len(self._arrivals) > k, timeout, f"stream reply {k}")
+        value, error = self._outcomes[self._arrivals[k]]
+        if error is not None:
+            raise error
+        return value
+
+    def _wait(self, enough, timeout: Optional[float], what: str) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"{what} of {self._actor}.{self._ref._name} did not arrive "
+                               f"within {timeout} s")
+        try:
+            while not enough():
+                self._look()
+                if enough():
+                    break
+                wait = REPLY_POLL_S
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"{what} of {self._actor}.{self._ref._name} did not "
+                                           f"arrive within {timeout} s")
+                    wait = min(wait, left)
+                try:
+                    item = self._queue.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                self._arrived(item)
+                while True:  # what else came meanwhile, without waiting
+                    try:
+                        self._arrived(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+        finally:
+            self._lock.release()
+
+    def _settle(self, rank: int, value, error: Optional[BaseException]) -> None:
+        if rank not in self._open:
+            return  # its first outcome counts; what comes later is dropped
+        self._open.discard(rank)
+        self._outcomes[rank] = (value, error)
+        self._arrivals.append(rank)
+        self._returned.pop(rank, None)
+        self._probes.pop(rank, None)
+        self._requests.pop(rank, None)
+        if not self._open:
+            self._close()  # later sends to the port are dropped, quietly
+            self._stream = None
+
+    def _arrived(self, item) -> None:
+        member, payload = item
+        if member not in self._open:
+            return
+        if isinstance(payload, _Died):
+            self._returned[member] = 0.0  # ask now
+        elif isinstance(payload, _Failed):
+            self._settle(member, None, payload.error(self._actor))
+        else:
+            self._settle(member, payload, None)
+
+    def _returned_without_reply(self, rank: int) -> None:
+        if rank in self._open:
+            self._returned.setdefault(rank, time.monotonic() + PROBE_INTERVAL_S)
+
+    def _failed(self, rank: int, error: BaseException) -> None:
+        if isinstance(error, _crown.ActorStoppedError) and not isinstance(error,
+                                                                          ActorStoppedError):
+            error = ActorStoppedError(str(error), rank=rank, actor=self._actor,
+                                      remote_type="stopped")
+        self._settle(rank, None, error)
+
+    def _look(self) -> None:
+        """Takes what the calls and the probes have to say, and probes the
+        members that returned without replying when it is time."""
+        for rank, pending in list(self._requests.items()):
+            if pending.done():
+                del self._requests[rank]
+                try:
+                    outcome = _outcome(pending.get(), rank, self._actor)
+                except Exception as error:  # noqa: BLE001 - the member's outcome
+                    self._failed(rank, error)
+                    continue
+                if isinstance(outcome, ActorError):
+                    self._settle(rank, None, outcome)
+                else:
+                    self._returned_without_reply(rank)
+        while self._stream is not None:
+            try:
+                item = self._stream.next(0)
+            except TimeoutError:
+                break
+            if item is None:
+                self._stream = None
+                break
+            (rank, _, error), = self._ref._entries([item])
+            if error is not None:
+                self._settle(rank, None, error)
+            else:
+                self._returned_without_reply(rank)
+        now = time.monotonic()
+        for rank, when in list(self._returned.items()):
+            probe = self._probes.get(rank)
+            if probe is not None:
+                if probe.done():
+                    del self._probes[rank]
+                    try:
+                        probe.get()
+                        self._returned[rank] = now + PROBE_INTERVAL_S
+                    except Exception as error:  # noqa: BLE001 - the member is gone
+                        self._failed(rank, error)
+                continue
+            if now >= when or not _crown.alive(rank):
+                self._probes[rank] = _crown.request(
+                    rank, self._ref._mesh._local,
+                    *_pickle.dumps_parts((_runtime.PROBE, (), {})))
 
 
 class PortReceiver(Generic[R]):
@@ -901,9 +1315,13 @@ class PortReceiver(Generic[R]):
 
     def _take(self, timeout: Optional[float]):
         try:
-            return self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError(f"nothing arrived at the port within {timeout} s") from None
+        if isinstance(item, _Failed):  # Port.exception: raised here, as Monarch's is
+            error = item.error("port")
+            raise error.exception if error.exception is not None else error
+        return item
 
     def close(self) -> None:
         """Later values sent to the port are dropped; those already here can still be read."""
@@ -924,7 +1342,7 @@ class Channel(Generic[R]):
 
 def current_rank() -> Point:
     """This actor's point in its mesh (outside actors: this process's rank in the world)."""
-    here = _crown.here()
+    here = _runtime.here()  # also on an actor's loop thread
     if here is None:
         return Point(_crown.rank(), Shape([("ranks", _crown.size())]))
     return Point(*here)
@@ -932,7 +1350,7 @@ def current_rank() -> Point:
 
 def current_size() -> Dict[str, int]:
     """The sizes of this actor's mesh (outside actors: {"ranks": N})."""
-    here = _crown.here()
+    here = _runtime.here()  # also on an actor's loop thread
     return dict(here[1].sizes) if here else {"ranks": _crown.size()}
 
 

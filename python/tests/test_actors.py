@@ -53,11 +53,6 @@ class Counter(Actor):
         return point.rank, dict(point), current_size()
 
     @endpoint
-    async def later(self, x):
-        await asyncio.sleep(0.01)
-        return x * 2
-
-    @endpoint
     def fail(self, message):
         raise KeyError(message)
 
@@ -89,6 +84,15 @@ class Counter(Actor):
     @endpoint
     def tell(self, port, value):
         port.send((current_rank().rank, value))
+
+
+class Doubler(Actor):
+    """Async endpoints: an actor's are all sync or all async (Monarch's rule)."""
+
+    @endpoint
+    async def later(self, x):
+        await asyncio.sleep(0.01)
+        return x * 2
 
 
 class Flaky(Actor):
@@ -176,7 +180,8 @@ def test_every_adverb(counters):
     assert one.incr.call_one(5).get() == before + 5
     chosen = {counters.where.choose().get()[0] for _ in range(8)}
     assert chosen == {0, 1, 2, 3}
-    assert sorted(f.get(timeout=30) for f in counters.later.stream(21)) == [42] * 4
+    doublers = crown.world().spawn("doubler", Doubler)
+    assert sorted(f.get(timeout=30) for f in doublers.later.stream(21)) == [42] * 4
     counters.incr.broadcast(100)
     values = counters.incr.call(0).get().values()
     assert all(v >= 110 for v in values)
@@ -201,9 +206,11 @@ def test_slicing(counters):
     assert split.slice(a=1, b=0).where.call_one().get()[0] == 2
 
 
-def test_async_endpoint_and_await(counters):
+def test_async_endpoint_and_await():
+    doublers = crown.world().spawn("doubler_awaited", Doubler)
+
     async def both():
-        return await counters.slice(procs=0).later.call_one(5)
+        return await doublers.slice(procs=0).later.call_one(5)
 
     assert asyncio.run(both()) == 10
 

@@ -1,0 +1,53 @@
+"""A ported endpoint's caller and a lost process (mpirun --enable-recovery
+-n 4): the member returned without replying (it would reply later), then its
+process is killed; the caller waiting on the reply port gets SupervisionError
+naming the rank, within seconds, instead of waiting forever (DLV-1)."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import crown
+from crown.actor import Actor, SupervisionError, endpoint
+
+WAIT = 20
+
+
+class Keeper(Actor):
+    def __init__(self):
+        self.ports = []
+
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    @endpoint(explicit_response_port=True)
+    def keep(self, port):
+        self.ports.append(port)  # a reply that never comes
+
+    @endpoint
+    def kept(self):
+        return len(self.ports)
+
+
+def test_a_process_lost_after_its_member_returned_fails_the_waiting_caller():
+    keepers = crown.world_flat().spawn("keepers", Keeper)
+    victim = keepers.slice(ranks=2)
+    pid = victim.pid.call_one().get(timeout=WAIT)
+    pending = victim.keep.call_one()
+    streamed = keepers.slice(ranks=slice(1, 3)).keep.stream()
+    assert victim.kept.call_one().get(timeout=WAIT) == 2  # both returned
+    os.kill(pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(SupervisionError) as raised:
+        pending.get(timeout=WAIT)
+    assert time.monotonic() - start < 10
+    assert raised.value.rank == 2
+    with pytest.raises(SupervisionError) as raised:
+        next(streamed).get(timeout=WAIT)  # the first to arrive: rank 2's loss
+    assert raised.value.rank == 2
+    with pytest.raises(TimeoutError):
+        next(streamed).get(timeout=0.5)  # rank 1 lives and has not replied
+    assert keepers.slice(ranks=1).kept.call_one().get(timeout=WAIT) == 1
