@@ -51,6 +51,7 @@ class _Owned(NamedTuple):
     shape: _crown.Shape
     cls: type
     name: str
+    spawning: object = None  # actor._Spawning while the members are constructed
 
 
 _owned: Dict[int, _Owned] = {}  # mesh id -> who owns it (meshes spawned on this rank)
@@ -72,14 +73,15 @@ def system_spawn():
         _system.spawning = False
 
 
-def spawned(local: int, shape, cls: type, name: str) -> None:
+def spawned(local: int, shape, cls: type, name: str, spawning=None) -> None:
     """Remembers who owns a mesh just spawned here: the actor whose endpoint
     runs on this thread, else the controller."""
     if getattr(_system, "spawning", False):
         return
     actor = _runtime.current_actor()  # also on an actor's loop thread
     with _lock:
-        _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name)
+        _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name,
+                               spawning)
 
 
 def owned(local: int) -> Optional[_Owned]:
@@ -104,7 +106,7 @@ def stop_owned(owner: Optional[int], ranks=None) -> None:
         meshes = [(local, owned) for local, owned in _owned.items() if owned.owner == owner
                   and (ranks is None or set(owned.shape.ranks()) <= ranks)]
     for local, owned in meshes:
-        ActorMesh(owned.shape, local, owned.cls, owned.name).stop()
+        ActorMesh(owned.shape, local, owned.cls, owned.name, owned.spawning).stop()
 
 
 def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:

@@ -663,8 +663,15 @@ class ProcMesh(_Sliceable):
         return Future(lambda timeout: None)
 
     def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
-        """One ``cls(*args, **kwargs)`` on every proc; returns once all are
-        constructed, or raises MeshError naming every rank that failed."""
+        """One ``cls(*args, **kwargs)`` on every proc. Returns at once, as in
+        Monarch: the members are constructed meanwhile, and the mesh's first
+        use (an endpoint looked up, stop, sending the mesh elsewhere) waits
+        for them. A constructor that raises is a supervision failure of that
+        member, delivered to the owner (the spawning actor's
+        ``__supervise__``, or the controller's ``unhandled_fault_hook``);
+        calls to that member raise SupervisionError with the original
+        traceback. Wrong use (not an Actor subclass, arguments that cannot be
+        pickled, a stopped ProcMesh) raises here, before anything is sent."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
         if self._stopped[0]:
@@ -676,9 +683,10 @@ class ProcMesh(_Sliceable):
         except TypeError as e:
             raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
                                (("the actor class", cls),)) from None
-        local = _crown.spawn(self._shape, name, payload)
-        _supervision.spawned(local, self._shape, cls, name)
-        return ActorMesh(self._shape, local, cls, name)
+        local, pending = _crown.spawn_start(self._shape, name, payload)
+        spawning = _Spawning(pending)
+        _supervision.spawned(local, self._shape, cls, name, spawning)
+        return ActorMesh(self._shape, local, cls, name, spawning)
 
     def activate(self):
         """``with procs.activate():`` records torch code on these procs
@@ -697,20 +705,49 @@ class ProcMesh(_Sliceable):
         return f"ProcMesh({self._shape})"
 
 
+class _Spawning:
+    """A spawn under way (ProcMesh.spawn returned at once): wait() returns once
+    every member's constructor has run, or failed (which the owner hears of
+    through supervision, and calls to that member then say)."""
+
+    def __init__(self, pending):
+        self._pending = pending
+        self._done = False
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        if self._done:
+            return
+        with self._lock:
+            if not self._done:
+                self._pending.get()
+                self._done = True
+                self._pending = None
+
+
 class ActorMesh(_Sliceable, Generic[R]):
     """One actor per proc of a mesh; its endpoints are attributes with adverbs."""
 
-    def __init__(self, shape: Shape, local: int, cls: type, name: str):
+    def __init__(self, shape: Shape, local: int, cls: type, name: str,
+                 spawning: Optional[_Spawning] = None):
         self._shape, self._local, self._cls, self._name = shape, local, cls, name
+        self._spawning = spawning
 
     def _with(self, shape):
-        return ActorMesh(shape, self._local, self._cls, self._name)
+        return ActorMesh(shape, self._local, self._cls, self._name, self._spawning)
+
+    def _ready(self) -> None:
+        """Nothing is sent to the members before they exist: the first use
+        waits for the spawn (each endpoint is looked up once per mesh object)."""
+        if self._spawning is not None:
+            self._spawning.wait()
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
         if not isinstance(inspect.getattr_static(self._cls, name, None), endpoint):
             raise AttributeError(f"{self._cls.__name__} has no endpoint {name!r}")
+        self._ready()
         ref = self.__dict__[name] = EndpointRef(self, name)  # found directly from now on
         return ref
 
@@ -723,6 +760,7 @@ class ActorMesh(_Sliceable, Generic[R]):
         that could not be. Later calls to them fail with ActorStoppedError.
         Returns a Future that is already done, so ``mesh.stop().get()`` and
         ``await mesh.stop()`` read as in Monarch."""
+        self._ready()
         finishing = _crown.cast_call(self._shape, self._local,
                                      _pickle.dumps((_runtime.STOP, (), {})))
         finishing.get()  # a member that is gone already has nothing left to finish
@@ -736,6 +774,7 @@ class ActorMesh(_Sliceable, Generic[R]):
         return owned.shape.ranks() if owned is not None else None
 
     def __reduce__(self):
+        self._ready()  # whoever receives it may send to the members at once
         return (ActorMesh, (self._shape, self._local, self._cls, self._name))
 
     def __repr__(self):
@@ -994,7 +1033,9 @@ def _port_actor_id() -> int:
     with _port_lock:
         if _port_actor is None:
             with _supervision.system_spawn():  # it serves every channel of this process
-                _port_actor = this_proc().spawn("crown-ports", _PortActor)._local
+                ports = this_proc().spawn("crown-ports", _PortActor)
+                ports._ready()  # Port.send goes to it directly
+                _port_actor = ports._local
         return _port_actor
 
 

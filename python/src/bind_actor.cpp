@@ -159,6 +159,27 @@ class CastStream {
   MeshStream<Outcome> stream_;
 };
 
+// A spawn under way: each member's constructor, as (rank, what) for each
+// that failed, once all have run.
+class SpawnFuture {
+ public:
+  explicit SpawnFuture(Future<ValueMesh<void>> future) : future_(std::move(future)) {}
+  py::list get(std::optional<double> timeout) {
+    std::vector<MeshError::Failure> failures;
+    {
+      py::gil_scoped_release release;
+      failures = (timeout ? future_.get(toMillis(*timeout)) : future_.get()).failures();
+    }
+    py::list out;
+    for (const auto& failure : failures) out.append(py::make_tuple(failure.rank, failure.what));
+    return out;
+  }
+  bool done() const { return future_.isReady(); }
+
+ private:
+  Future<ValueMesh<void>> future_;
+};
+
 ActorMesh<PyActor> meshOf(const mesh::Shape& shape, std::uint64_t local) {
   return ActorMesh<PyActor>(shape, local);
 }
@@ -175,6 +196,9 @@ void bindActor(py::module_& m) {
   py::class_<CastFuture>(m, "CastFuture")
       .def("get", &CastFuture::get, py::arg("timeout") = py::none())
       .def("done", &CastFuture::done);
+  py::class_<SpawnFuture>(m, "SpawnFuture")
+      .def("get", &SpawnFuture::get, py::arg("timeout") = py::none())
+      .def("done", &SpawnFuture::done);
   py::class_<CastStream>(m, "CastStream")
       .def("next", &CastStream::next, py::arg("timeout") = py::none());
 
@@ -187,6 +211,23 @@ void bindActor(py::module_& m) {
       },
       "Constructs the pickled (class, args, kwargs) on every rank of shape; returns the "
       "mesh's actor id.");
+  m.def(
+      "spawn_start",
+      [](const mesh::Shape& shape, const std::string& name, const py::bytes& payload) {
+        using Registration = crown::detail::ActorFactoryRegistration<PyActor, std::string>;
+        (void)Registration::registered;  // odr-use: the factory exists on every rank
+        std::string bytes = payload;
+        std::uint64_t local = 0;
+        std::optional<Future<ValueMesh<void>>> future;
+        {
+          py::gil_scoped_release release;  // rank 0's own actor is constructed on a pool thread
+          local = mesh::detail::newMeshLocal(Proc::current());
+          future = mesh::detail::startSpawnMesh(
+              shape, {Registration::key(), name, wire::packValues(bytes), local, shape});
+        }
+        return py::make_tuple(local, SpawnFuture(std::move(*future)));
+      },
+      "As spawn, without waiting: (the mesh's actor id, a SpawnFuture of the failures).");
   // Sends release the GIL also because a local delivery takes the mailbox
   // lock, under which a stopped PyActor may be freed (which takes the GIL).
   m.def(

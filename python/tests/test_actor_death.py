@@ -9,13 +9,14 @@ only that call.
 """
 
 import queue
+import time
 
 import pytest
 
 import crown
 import crown.actor
 from crown.actor import Actor, endpoint
-from crown.actor import MeshError, SupervisionError
+from crown.actor import SupervisionError
 
 WAIT = 20  # seconds: a failure report crosses two ranks at most
 
@@ -152,8 +153,6 @@ def test_a_supervise_that_handles_keeps_the_owner_alive(faults, cls):
         seen = parent.seen.call_one().get(timeout=WAIT)
         if seen:
             break
-        import time
-
         time.sleep(0.1)
     assert len(seen) == 1, seen
     name, rank, report = seen[0]
@@ -183,13 +182,53 @@ class BadInit(Actor):
         if crown.actor.current_rank().rank == 1:
             raise ValueError("no GPU on this rank")
 
+    @endpoint
+    def ping(self):
+        return "pong"
 
-def test_an_init_failure_reads_as_a_python_traceback():
-    with pytest.raises(MeshError) as failed:
-        crown.world_flat().spawn("bad_init", BadInit)
-    text = str(failed.value)
-    assert "Traceback (most recent call last)" in text
-    assert "ValueError: no GPU on this rank" in text
-    assert "rank 1" in text
-    for cxx in ("crown::", "std::", "PyActor", "basic_string"):
-        assert cxx not in text, text
+
+def test_an_init_failure_is_supervised_and_reads_as_a_python_traceback(faults):
+    bad = crown.world_flat().spawn("bad_init", BadInit)  # returns at once
+    failure = _next(faults)
+    assert (failure.mesh_name, failure.rank) == ("bad_init", 1)
+    for text in (failure.cause, failure.report()):
+        assert "Traceback (most recent call last)" in text
+        assert "ValueError: no GPU on this rank" in text
+        for cxx in ("crown::", "std::", "PyActor", "basic_string"):
+            assert cxx not in text, text
+    with pytest.raises(SupervisionError, match="no GPU on this rank") as dead:
+        bad.slice(ranks=1).ping.call_one().get(timeout=WAIT)
+    assert dead.value.cause == failure.cause
+    assert bad.slice(ranks=2).ping.call_one().get(timeout=WAIT) == "pong"
+    assert faults.empty()
+
+
+class SpawnsBadChildren(Actor):
+    def __init__(self):
+        self.failures = []
+
+    @endpoint
+    def spawn_children(self):
+        self.children = crown.world_flat().spawn("bad_children", BadInit)
+        return True
+
+    @endpoint
+    def seen(self):
+        return [(f.mesh_name, f.rank) for f in self.failures]
+
+    def __supervise__(self, failure):
+        self.failures.append(failure)
+        return True
+
+
+def test_an_init_failure_goes_to_the_spawning_actors_supervise(faults):
+    parent = crown.world_flat().slice(ranks=3).spawn("bad_parent", SpawnsBadChildren)
+    assert parent.spawn_children.call_one().get(timeout=WAIT)
+    seen = []
+    for _ in range(WAIT * 10):
+        seen = parent.seen.call_one().get(timeout=WAIT)
+        if seen:
+            break
+        time.sleep(0.1)
+    assert seen == [("bad_children", 1)]
+    assert faults.empty()

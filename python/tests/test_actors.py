@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import crown
-from crown.actor import (Accumulator, Actor, ActorError, Channel, MeshError, ValueMesh,
+from crown.actor import (Accumulator, Actor, ActorError, Channel, ValueMesh,
                          current_rank, current_size, endpoint, this_host)
 
 
@@ -142,6 +142,10 @@ class Picky(Actor):
     def __init__(self):
         if current_rank().rank == 2:
             raise RuntimeError("no room on rank 2")
+
+    @endpoint
+    def ok(self):
+        return True
 
 
 if os.environ.get("OMPI_COMM_WORLD_RANK") == "0":
@@ -274,11 +278,23 @@ def test_a_raising_broadcast_is_logged_on_its_rank_and_its_actor_dies(monkeypatc
     assert flaky.slice(procs=3).poke.call_one(-1, "fine").get(timeout=10) is None
 
 
-def test_spawn_failure_names_the_rank():
-    with pytest.raises(MeshError) as raised:
-        crown.world().spawn("picky", Picky)
-    assert [rank for rank, _ in raised.value.failures] == [2]
-    assert "no room on rank 2" in str(raised.value)
+def _failures(faults, count):
+    seen = [faults.get(timeout=20) for _ in range(count)]
+    with pytest.raises(queue.Empty):
+        faults.get(timeout=0.5)  # and no more
+    return sorted(seen, key=lambda failure: failure.rank)
+
+
+def test_a_spawn_returns_at_once_and_its_owner_hears_of_a_failed_constructor(monkeypatch):
+    faults = queue.Queue()
+    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+    picky = crown.world().spawn("picky", Picky)
+    (failure,) = _failures(faults, 1)
+    assert (failure.mesh_name, failure.rank) == ("picky", 2)
+    assert "no room on rank 2" in failure.cause
+    with pytest.raises(crown.actor.SupervisionError, match="no room on rank 2"):
+        picky.slice(procs=2).ok.call_one().get(timeout=10)
+    assert picky.slice(procs=slice(0, 2)).ok.call().get(timeout=10).values() == [True, True]
 
 
 def test_numpy_and_torch_round_trip_bit_exact(counters):
@@ -394,8 +410,11 @@ def test_context_outside_and_inside_actors(counters):
     assert here.rank.rank == 0
 
 
-def test_a_class_missing_on_other_ranks_is_a_clear_error():
-    with pytest.raises(MeshError) as raised:
-        crown.world().spawn("only", OnlyOnTheController)
-    assert [rank for rank, _ in raised.value.failures] == [1, 2, 3]
-    assert "top level of the script" in str(raised.value)
+def test_a_class_missing_on_other_ranks_is_a_clear_error(monkeypatch):
+    faults = queue.Queue()
+    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+    only = crown.world().spawn("only", OnlyOnTheController)
+    failures = _failures(faults, 3)
+    assert [failure.rank for failure in failures] == [1, 2, 3]
+    assert all("top level of the script" in failure.cause for failure in failures)
+    assert only.slice(procs=0).hello.call_one().get(timeout=10) == "hello"

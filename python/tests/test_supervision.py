@@ -13,6 +13,8 @@ import crown
 from crown.actor import Actor, SupervisionError, current_rank, endpoint
 
 
+HEARTBEAT_BOUND_S = 5  # the default: CROWN_HEARTBEAT_INTERVAL_MS x CROWN_HEARTBEAT_MISSES
+
 class Sleeper(Actor):
     @endpoint
     def pid(self):
@@ -52,7 +54,9 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     start = time.monotonic()
     with pytest.raises(SupervisionError) as raised:
         pending.get(timeout=20)
-    assert time.monotonic() - start < 5
+    elapsed = time.monotonic() - start
+    print(f"\nSIGKILL: the caller saw SupervisionError after {elapsed:.3f} s")
+    assert elapsed < 1.0, elapsed  # its links reset: no heartbeat needed
     assert raised.value.rank == 2
     assert raised.value.host
     assert (raised.value.actor, raised.value.endpoint) == ("sleeper", "nap")
@@ -102,3 +106,21 @@ def test_a_process_killed_by_a_signal_names_it():
     loss = _loss_of(quitters.signal_self.call_one(signal.SIGSEGV))
     assert "rank 3" in loss and "killed by SIGSEGV" in loss, loss
     assert crown.world().slice(procs=0).spawn("last", Sleeper).nap.call_one(0).get(timeout=10) == 0
+
+
+def test_a_stopped_process_is_lost_within_the_heartbeat_bound():
+    frozen = crown.world().slice(procs=4).spawn("frozen", Sleeper)
+    pid = frozen.pid.call_one().get(timeout=10)
+    pending = frozen.nap.call_one(60)
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGSTOP)  # alive, links open, silent: only heartbeats tell
+    start = time.monotonic()
+    try:
+        with pytest.raises(SupervisionError) as raised:
+            pending.get(timeout=30)
+        elapsed = time.monotonic() - start
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    print(f"\nSIGSTOP: the caller saw SupervisionError after {elapsed:.2f} s")
+    assert elapsed < HEARTBEAT_BOUND_S + 1.5, elapsed
+    assert "heartbeat" in str(raised.value), str(raised.value)

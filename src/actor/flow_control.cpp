@@ -66,6 +66,11 @@ void FlowControl::waitForRoom(const wire::ActorId& sender, const wire::ActorId& 
     bool lost = !alive_(dest.rank);
     lock.lock();
     if (lost) break;  // the send fails as usual
+    // A credit may have come while the lock was free (a local receiver's
+    // comes at once): it notified nobody, so look before waiting for one.
+    it = windows_.find({sender, dest});
+    if (it == windows_.end() || !full(it->second, bytes)) break;
+    if (it->second.handledThrough != askedAt) continue;  // not enough: ask again now
     auto now = std::chrono::steady_clock::now();
     roomFreed_.wait_until(lock, std::min(warnAt, now + std::chrono::seconds(1)));
     if (std::chrono::steady_clock::now() < warnAt) continue;
@@ -88,7 +93,12 @@ void FlowControl::sent(const wire::ActorId& sender, const wire::ActorId& dest, s
                        std::size_t bytes) {
   std::lock_guard lock(mutex_);
   // Before the message is routed, so its credit always finds it here.
-  Window& window = windows_[{sender, dest}];
+  auto [it, created] = windows_.try_emplace({sender, dest});
+  Window& window = it->second;
+  // A window is dropped once everything sent through it was handled
+  // (credited), so a new one starts with all before seq handled: counting
+  // from 0 again would take every message ever sent to dest for in flight.
+  if (created) window.handledThrough = seq - 1;
   window.lastSent = std::max(window.lastSent, seq);
   window.bytes += bytes;
 }

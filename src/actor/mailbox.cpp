@@ -99,11 +99,11 @@ bool Mailboxes::remove(std::uint64_t local, const RemoteFailure* death) {
   std::shared_ptr<Cell> cell;
   {
     std::lock_guard lock(mutex_);
+    if (death) deaths_.emplace(local, *death);  // also one that never came to be hosted
     auto it = cells_.find(local);
     if (it == cells_.end()) return false;
     cell = std::move(it->second);
     cells_.erase(it);
-    if (death) deaths_.emplace(local, *death);
   }
   std::deque<Delivery> waiting;
   {
@@ -328,7 +328,7 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
       replyFailure(envelope, failure);
     }
   }
-  if (!result && (oneWay || dies)) {
+  if (!result && oneWay && !dies) {  // a system agent: it serves on, but the modules hear
     for (Proc::Module* module : proc_.modules()) module->actorFailed(actor.id(), actor.name(), cause);
   }
 }

@@ -325,6 +325,8 @@ void Proc::stopLocal(std::uint64_t local) { removeLocal(local, nullptr); }
 void Proc::failLocal(std::uint64_t local, const ActorFailed& death) {
   auto failure = detail::describeFailure(std::make_exception_ptr(death), death.rank());
   removeLocal(local, &failure);
+  for (Module* module : impl_->modules)
+    module->actorFailed(ActorId{impl_->options.rank, local}, death.actor(), death.cause());
 }
 
 void Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death) {

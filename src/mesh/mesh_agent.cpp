@@ -24,8 +24,12 @@ class MeshAgent : public Actor {
       const Point* outer = std::exchange(t_constructing, point.get());  // here() in the constructor
       try {
         actor = crown::detail::constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
-      } catch (...) {
+      } catch (const std::exception& e) {
         t_constructing = outer;
+        // The member died being born: later messages to it are refused with
+        // the cause, and the mesh's owner hears (design.md's failure model).
+        proc.failLocal(spawn.local,
+                       ActorFailed(proc.rank(), proc.host(proc.rank()), spawn.name, e.what()));
         throw;
       }
       t_constructing = outer;

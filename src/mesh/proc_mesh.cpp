@@ -14,8 +14,12 @@ ActorMesh<Actor> meshAgents(const Shape& shape) {
 }
 }  // namespace
 
+Future<ValueMesh<void>> startSpawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
+  return meshAgents(shape).call<void>(spawn);
+}
+
 void spawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
-  auto failures = meshAgents(shape).call<void>(spawn).get().failures();
+  auto failures = startSpawnMesh(shape, spawn).get().failures();
   if (!failures.empty()) {
     throw MeshError("spawn of '" + spawn.name + "' on " + shape.toString(), shape.size(),
                     std::move(failures));

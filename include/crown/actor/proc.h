@@ -162,7 +162,9 @@ class Proc {
   void stopLocal(std::uint64_t local);
   /// As stopLocal, for an actor that died of `death` (design.md's failure
   /// model): what waits in its mailbox, and every later message, is refused
-  /// with it (ActorFailed), not as stopped.
+  /// with it (ActorFailed), not as stopped; then the modules hear
+  /// (Module::actorFailed). Also for an actor whose constructor failed, so
+  /// never hosted: messages to its id are refused with the cause.
   void failLocal(std::uint64_t local, const ActorFailed& death);
   /// Forgets the ORD-1 counters of messages sent from here to actor `local`
   /// of any rank: for a mesh that was stopped, whose id is never reused.

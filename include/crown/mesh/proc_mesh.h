@@ -42,6 +42,11 @@ std::uint64_t newMeshLocal(Proc& proc);
 /// Casts the spawn and waits for every member; throws MeshError naming each
 /// rank whose constructor failed (or whose process was lost) and why.
 void spawnMesh(const Shape& shape, const SpawnMeshActor& spawn);
+/// Casts the spawn without waiting: the future holds every member's outcome.
+/// A member whose constructor failed has died of it on its proc
+/// (Proc::failLocal: its messages are refused with the cause, and its
+/// mesh's owner hears through the modules), whoever waits or not.
+Future<ValueMesh<void>> startSpawnMesh(const Shape& shape, const SpawnMeshActor& spawn);
 
 }  // namespace mesh::detail
 

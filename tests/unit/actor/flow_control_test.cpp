@@ -49,6 +49,38 @@ TEST(FlowControl, AFullWindowWaitsUntilTheReceiverCreditsIt) {
   EXPECT_EQ(waiting.wait_for(5s), std::future_status::ready);
 }
 
+// A window drained to nothing is dropped; the next message to that actor
+// starts a new one that counts only itself in flight, however many were
+// sent before (it used to count them all, and every later send waited).
+TEST(FlowControl, AWindowDrainedAndStartedAgainCountsOnlyWhatIsInFlight) {
+  Flow f({4, 1 << 20});
+  std::uint64_t seq = 0;
+  for (int round = 0; round < 100; ++round) {
+    for (int i = 0; i < 3; ++i) {
+      auto sent = std::async(std::launch::async, [&] { f.flow.waitForRoom(kSender, kDest, 10); });
+      ASSERT_EQ(sent.wait_for(5s), std::future_status::ready) << "round " << round;
+      f.flow.sent(kSender, kDest, ++seq, 10);
+    }
+    f.flow.credited({kSender, kDest, seq, 30});  // all handled: the window goes
+  }
+  EXPECT_EQ(f.asked.load(), 0);  // never full, never asked for credit
+}
+
+// A credit that lands while a waiting sender has the lock released (asking
+// for credit) frees it at once, not at its next poll a second later.
+TEST(FlowControl, ACreditArrivingWhileTheSenderAsksIsNotMissed) {
+  std::unique_ptr<FlowControl> flow;
+  flow = std::make_unique<FlowControl>(
+      FlowLimits{2, 1 << 20}, [](const Credit&) {},
+      [&](const detail::CreditRequest&) { flow->credited({kSender, kDest, 2, 20}); },
+      [](Rank) { return true; });
+  flow->sent(kSender, kDest, 1, 10);
+  flow->sent(kSender, kDest, 2, 10);
+  auto start = std::chrono::steady_clock::now();
+  flow->waitForRoom(kSender, kDest, 10);  // full; asking credits it at once
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms);
+}
+
 TEST(FlowControl, TheByteBoundCountsAndALoneLargeMessageAlwaysGoes) {
   Flow f({100, 1000});
   f.flow.waitForRoom(kSender, kDest, 5000);  // nothing in flight: any size goes
