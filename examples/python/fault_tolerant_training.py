@@ -1,0 +1,94 @@
+"""fault_tolerant_training: data-parallel training that survives a lost rank.
+
+    mpirun --enable-recovery -n 4 python3 examples/python/fault_tolerant_training.py
+
+It needs mpirun's --enable-recovery (or OMPI_MCA_orte_enable_recovery=1 in
+the environment; crownrun passes it): without it, mpirun ends every rank
+as soon as one dies.
+
+Every Trainer makes the same synthetic regression data set and computes the
+gradient of the loss on its shard of it, the samples i with
+i % shards == index. Each step the controller sends the weights and the
+number of shards, averages the gradients and takes an SGD step. At step
+KILL_STEP the last rank's process SIGKILLs itself (a node lost, in
+miniature). That step's call raises SupervisionError; the controller slices
+the mesh to the ranks still alive, which re-shard the data among
+themselves, runs the step again and goes on. The loss keeps falling.
+"""
+import os
+import signal
+
+import torch
+
+import crown
+from crown.actor import Actor, SupervisionError, current_rank, endpoint
+
+FEATURES = 16
+SAMPLES = 8192
+STEPS = 40
+KILL_STEP = 15
+
+
+def make_model():
+    torch.manual_seed(0)  # the controller's and the trainers' models start alike
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(),
+                               torch.nn.Linear(32, 1))
+
+
+class Trainer(Actor):
+    def __init__(self, victim):
+        self.rank = current_rank().rank
+        self.victim = victim  # the rank that dies at KILL_STEP
+        data = torch.Generator().manual_seed(1234)  # the same data set on every rank
+        self.x = torch.randn(SAMPLES, FEATURES, generator=data)
+        true_weights = torch.randn(FEATURES, 1, generator=data)
+        self.y = self.x @ true_weights + 0.01 * torch.randn(SAMPLES, 1, generator=data)
+        self.model = make_model()
+
+    @endpoint
+    def gradients(self, state, step, shards):
+        """Loads the weights; returns (loss, gradients) on this rank's shard."""
+        if step == KILL_STEP and self.rank == self.victim:
+            os.kill(os.getpid(), signal.SIGKILL)
+        # The live ranks are 0 .. shards-1 (the victim is the last), so a
+        # rank is also its shard's index.
+        x, y = self.x[self.rank::shards], self.y[self.rank::shards]
+        self.model.load_state_dict(state)
+        self.model.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        loss.backward()
+        return loss.item(), [p.grad for p in self.model.parameters()]
+
+
+def main():
+    world = crown.world_flat()  # {"ranks": N}
+    live = len(world)
+    trainers = world.spawn("trainer", Trainer, live - 1)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
+    print(f"training on {live} ranks; rank {live - 1} dies at step {KILL_STEP}")
+    loss = before_loss = None
+    step = 0
+    while step < STEPS:
+        try:
+            replies = trainers.gradients.call(model.state_dict(), step, live).get(timeout=60)
+        except SupervisionError as e:
+            before_loss = loss
+            live -= 1
+            print(f"step {step}: lost rank {e.rank} ({e.host}): "
+                  f"carrying on with {live} ranks, the data re-sharded among them")
+            trainers = trainers.slice(ranks=slice(0, live))
+            continue  # the same step again, on the survivors
+        results = replies.values()
+        for param, grads in zip(model.parameters(), zip(*(g for _, g in results))):
+            param.grad = torch.stack(grads).mean(dim=0)  # the all-reduce, on the controller
+        optimizer.step()
+        loss = sum(loss for loss, _ in results) / len(results)
+        print(f"step {step:3d}  ranks {live}  loss {loss:.4f}")
+        step += 1
+    print(f"loss before the failure {before_loss:.4f}, final loss {loss:.4f} on {live} ranks")
+    if loss < before_loss:
+        print("the loss kept falling after the failure")
+
+
+crown.run(main)
