@@ -405,11 +405,17 @@ def _supervision_error(message: str, rank: int, host: str, actor: str, endpoint:
     return exc
 
 
-def _entry_error(error: tuple, actor: str, endpoint: str):
+def _entry_error(error: tuple, actor: str, endpoint: str, member: int):
+    """A failed member's error. ``rank`` is the member's (``member``) even
+    when the process lost was a cast hop on its way (named in the message,
+    and as ``lost_rank``)."""
     kind, message, rank, host, cause = error
     if kind in ("lost", "failed"):
-        return _supervision_error(message, rank, host, actor, endpoint,
-                                  cause if kind == "failed" else None)
+        exc = _supervision_error(message, rank, host, actor, endpoint,
+                                 cause if kind == "failed" else None)
+        exc.lost_rank = rank if kind == "lost" else None
+        exc.rank = member
+        return exc
     if kind == "stopped":
         return ActorStoppedError(message, rank=rank, actor=actor, remote_type=kind)
     return ActorError(message, rank=rank, actor=actor, remote_type=kind)
@@ -816,7 +822,8 @@ class EndpointRef:
         entries = []
         for rank, payload, error in raw:
             if error is not None:
-                entries.append((rank, None, _entry_error(error, self._mesh._name, self._name)))
+                entries.append((rank, None, _entry_error(error, self._mesh._name, self._name,
+                                                         rank)))
                 continue
             value = _outcome(payload, rank, self._mesh._name)
             if isinstance(value, ActorError):

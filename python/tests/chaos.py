@@ -125,9 +125,15 @@ class Chaos:
     def check_error(self, kind, mid, x, error, target=None):
         """An error of one member's call: typed, and explained."""
         if isinstance(error, SupervisionError):
-            if error.rank not in self.killed:
-                self.problem(f"{kind} {mid}: SupervisionError naming rank {error.rank}, "
+            # The process lost: the member's own, or a cast hop on its way.
+            lost = getattr(error, "lost_rank", None)
+            lost = error.rank if lost is None else lost
+            if lost not in self.killed:
+                self.problem(f"{kind} {mid}: SupervisionError naming rank {lost}, "
                              f"never killed: {error}")
+            elif target is not None and error.rank != target:
+                self.problem(f"{kind} {mid}: SupervisionError for rank {error.rank}, "
+                             f"sent to {target}")
             self.failed[(kind, "SupervisionError")] += 1
         elif isinstance(error, ActorError):
             if x % RAISE_EVERY != 0 or "refused x=" not in str(error):
@@ -182,22 +188,22 @@ class Chaos:
                 else:
                     self.check_value(kind, mid, x, value, rank)
         elif kind == "stream":
-            # A member cut off by a dead cast hop fails with the hop's rank
-            # in its SupervisionError, so the errors need not name the
-            # members: each member answers once, and the rest are errors.
-            ranks, errors = [], 0
+            # Each member answers once, with a value or an error naming it
+            # (a member cut off by a dead cast hop: .rank is the member's,
+            # .lost_rank the hop's).
+            ranks = []
             for reply in future:
                 try:
                     value = reply.get(timeout=TIMEOUT_S)
                 except Exception as e:  # noqa: BLE001
                     self.check_error(kind, mid, x, e)
-                    errors += 1
+                    ranks.append(getattr(e, "rank", None))
                 else:
                     self.check_value(kind, mid, x, value)
                     ranks.append(value[0])
-            if len(set(ranks)) != len(ranks) or len(ranks) + errors != RANKS:
-                self.problem(f"stream {mid}: values from ranks {sorted(ranks)} and {errors} "
-                             f"errors, for {RANKS} members")
+            if sorted(ranks, key=str) != sorted(range(RANKS), key=str):
+                self.problem(f"stream {mid}: outcomes from ranks {sorted(ranks, key=str)}, "
+                             f"for members {list(range(RANKS))}")
 
     # -- the run -----------------------------------------------------------
 
