@@ -27,7 +27,7 @@ import os
 import sys
 import traceback
 
-from . import _crown
+from . import _crown, _placement
 from .actor import ProcMesh
 
 __all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "fetch_shard", "inspect",
@@ -79,14 +79,17 @@ class Controller:
 
 
 def world() -> ProcMesh:
-    """Every rank of the launch as {"hosts": H, "procs": P}; raises ValueError
-    (saying why) when the hosts hold different numbers of ranks."""
-    return ProcMesh(_crown.world_shape())
+    """Every rank of the launch as {"hosts": H, "procs": P} (rank 0 left out
+    under crown.run(main, controller="dedicated")); raises ValueError (saying
+    why) when the hosts hold different numbers of ranks."""
+    return ProcMesh(_placement.without_controller(_crown.world_shape(), flat=False))
 
 
 def world_flat() -> ProcMesh:
-    """Every rank of the launch as {"ranks": N}."""
-    return ProcMesh(_crown.Shape([("ranks", _crown.size())]))
+    """Every rank of the launch as {"ranks": N} (ranks 1..N-1 under
+    crown.run(main, controller="dedicated"))."""
+    return ProcMesh(_placement.without_controller(_crown.Shape([("ranks", _crown.size())]),
+                                                  flat=True))
 
 
 def shutdown(code: int = 0) -> int:
@@ -105,9 +108,12 @@ def shutdown(code: int = 0) -> int:
     return code
 
 
-def run(main, *args, **kwargs) -> None:
+def run(main, *args, controller: str = "shared", **kwargs) -> None:
     """Runs main(*args, **kwargs) on rank 0 while the other ranks serve; exits
-    the process with 0, or 1 after printing the error once if main raised."""
+    the process with 0, or 1 after printing the error once if main raised.
+    ``controller="dedicated"`` keeps rank 0 to controlling: the world meshes
+    are ranks 1..N-1 (the default "shared" makes rank 0 a member too)."""
+    _placement.choose(controller)  # ValueError on every rank alike, before bootstrap
     init()
     code = 0
     try:

@@ -1481,8 +1481,13 @@ class HostMesh:
 def this_host() -> HostMesh:
     """The host this code runs on, as in Monarch: the controller's in main(),
     an actor's own inside its endpoints."""
+    from . import _placement
+
     world = _crown.world_shape()
-    return HostMesh(world.select({"hosts": world.coordinates(_crown.rank())["hosts"]}))
+    host = world.select({"hosts": world.coordinates(_crown.rank())["hosts"]})
+    if _placement.controller == "dedicated" and host.ranks()[0] == 0:
+        host = host.select({"procs": slice(1, host.size("procs"))})  # rank 0 only controls
+    return HostMesh(host)
 
 
 def this_proc() -> ProcMesh:

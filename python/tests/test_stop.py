@@ -131,3 +131,8 @@ def test_proc_mesh_stop_stops_its_meshes_and_refuses_spawns():
     # The processes live on: a new ProcMesh over the same ranks spawns.
     again = crown.world_flat().slice(ranks=slice(0, 2)).spawn("again", Tidy, port, "again")
     assert again.rank.call().get(timeout=WAIT).values() == [0, 1]
+
+
+def test_run_refuses_an_unknown_controller_placement():
+    with pytest.raises(ValueError, match="controller='shared'"):
+        crown.run(lambda: None, controller="bogus")  # refused before anything runs
