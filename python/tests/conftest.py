@@ -14,8 +14,11 @@ this checkout or of the main worktree it belongs to. The copy is git-ignored.
 import glob
 import importlib.util
 import os
+import queue
 import shutil
 import subprocess
+
+import pytest
 
 
 def _provide_extension() -> None:
@@ -44,6 +47,33 @@ def _provide_extension() -> None:
 _provide_extension()
 
 import crown  # noqa: E402
+
+
+class Faults(queue.Queue):
+    """What reached the controller's crown.actor.unhandled_fault_hook."""
+
+    def next(self, timeout: float = 20):
+        """The next fault; AssertionError when none comes within timeout."""
+        try:
+            return self.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no failure reached the controller within {timeout} s") from None
+
+    def none_within(self, timeout: float) -> bool:
+        try:
+            self.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        return False
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    """The controller's fault hook recording into a Faults queue, instead of
+    ending the job (its default), for the test's length."""
+    recorded = Faults()
+    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", recorded.put)
+    return recorded
 
 
 def _needs_runtime(session) -> bool:

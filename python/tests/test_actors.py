@@ -6,7 +6,6 @@ and this_host()."""
 import asyncio
 import operator
 import os
-import queue
 import sys
 import threading
 import time
@@ -251,15 +250,13 @@ def test_wrong_use_fails_before_sending(counters):
         counters.nonexistent
 
 
-def test_a_raising_broadcast_is_logged_on_its_rank_and_its_actor_dies(monkeypatch):
-    faults = queue.Queue()
-    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+def test_a_raising_broadcast_is_logged_on_its_rank_and_its_actor_dies(faults):
     flaky = crown.world().spawn("flaky", Flaky)
     tap = crown.world().spawn("tap", Flaky).slice(procs=2)  # rank 2's stderr, from an actor that lives
     tap.capture_stderr.call_one().get(timeout=10)
     try:
         flaky.poke.broadcast(2, "bad value 1234")
-        failure = faults.get(timeout=20)  # the owner hears after the line is logged
+        failure = faults.next()  # the owner hears after the line is logged
     finally:
         log = tap.release_stderr.call_one().get(timeout=10)
     line = next((l for l in log.splitlines() if "bad value 1234" in l), None)
@@ -279,15 +276,12 @@ def test_a_raising_broadcast_is_logged_on_its_rank_and_its_actor_dies(monkeypatc
 
 
 def _failures(faults, count):
-    seen = [faults.get(timeout=20) for _ in range(count)]
-    with pytest.raises(queue.Empty):
-        faults.get(timeout=0.5)  # and no more
+    seen = [faults.next() for _ in range(count)]
+    assert faults.none_within(0.5)  # and no more
     return sorted(seen, key=lambda failure: failure.rank)
 
 
-def test_a_spawn_returns_at_once_and_its_owner_hears_of_a_failed_constructor(monkeypatch):
-    faults = queue.Queue()
-    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+def test_a_spawn_returns_at_once_and_its_owner_hears_of_a_failed_constructor(faults):
     picky = crown.world().spawn("picky", Picky)
     (failure,) = _failures(faults, 1)
     assert (failure.mesh_name, failure.rank) == ("picky", 2)
@@ -410,9 +404,7 @@ def test_context_outside_and_inside_actors(counters):
     assert here.rank.rank == 0
 
 
-def test_a_class_missing_on_other_ranks_is_a_clear_error(monkeypatch):
-    faults = queue.Queue()
-    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+def test_a_class_missing_on_other_ranks_is_a_clear_error(faults):
     only = crown.world().spawn("only", OnlyOnTheController)
     failures = _failures(faults, 3)
     assert [failure.rank for failure in failures] == [1, 2, 3]

@@ -14,7 +14,6 @@ under mpirun -n 4 (issue 13's names still missing):
 
 import asyncio
 import os
-import queue
 import tempfile
 import threading
 import time
@@ -27,23 +26,6 @@ from crown.actor import (Actor, ActorError, ActorStoppedError, Channel, Port, Su
                          concurrent_endpoint, current_rank, endpoint)
 
 WAIT = 20  # seconds: generous; a hang would run into it
-
-
-@pytest.fixture
-def faults():
-    """The controller's fault hook, recording instead of ending the job."""
-    seen = queue.Queue()
-    previous = crown.actor.unhandled_fault_hook
-    crown.actor.unhandled_fault_hook = seen.put
-    yield seen
-    crown.actor.unhandled_fault_hook = previous
-
-
-def _next(faults):
-    try:
-        return faults.get(timeout=WAIT)
-    except queue.Empty:
-        raise AssertionError(f"no failure reached the controller within {WAIT} s") from None
 
 
 class Deferred(Actor):
@@ -162,7 +144,7 @@ def test_an_exception_escaping_an_explicit_port_endpoint_kills_the_actor(faults)
         deferred.slice(ranks=1).crash.call_one().get(timeout=WAIT)
     assert time.monotonic() - start < 10
     assert dead.value.rank == 1
-    failure = _next(faults)
+    failure = faults.next()
     assert (failure.mesh_name, failure.rank) == ("ported_crash", 1)
     with pytest.raises(SupervisionError):
         deferred.slice(ranks=1).alive.call_one().get(timeout=WAIT)
@@ -170,7 +152,7 @@ def test_an_exception_escaping_an_explicit_port_endpoint_kills_the_actor(faults)
     with pytest.raises(SupervisionError, match="escaped its port") as dead:
         deferred.crash.call().get(timeout=WAIT)
     for _ in range(3):
-        _next(faults)
+        faults.next()
 
 
 def test_a_member_that_dies_before_replying_does_not_leave_its_caller_waiting(faults):
@@ -184,7 +166,7 @@ def test_a_member_that_dies_before_replying_does_not_leave_its_caller_waiting(fa
         pending.get(timeout=WAIT)
     assert time.monotonic() - start < 10
     assert dead.value.rank == 2
-    assert _next(faults).rank == 2
+    assert faults.next().rank == 2
     # The cast's other members still reply; the dead one's error is in place.
     for rank in (0, 1, 3):
         deferred.slice(ranks=rank).answer.call_one(1).get(timeout=WAIT)
@@ -384,7 +366,7 @@ def test_an_exception_escaping_a_concurrent_explicit_port_body_kills_the_actor(f
         one.fail_unsent.call_one().get(timeout=WAIT)
     assert time.monotonic() - start < 10
     assert dead.value.rank == 3
-    assert _next(faults).rank == 3
+    assert faults.next().rank == 3
     with pytest.raises(SupervisionError, match="raised past its port"):
         one.alive.call_one().get(timeout=WAIT)
 

@@ -4,7 +4,6 @@ or at its death (exc what killed it), after the meshes it spawned have
 stopped; later calls and spawns fail clearly."""
 
 import asyncio
-import queue
 
 import pytest
 
@@ -91,14 +90,12 @@ def test_stopping_an_actor_stops_the_meshes_it_spawned_first():
     assert sorted(seen[:-1]) == [("child", r, None) for r in range(4)]
 
 
-def test_a_dying_actor_cleans_up_with_what_killed_it(monkeypatch):
-    faults = queue.Queue()
-    monkeypatch.setattr(crown.actor, "unhandled_fault_hook", faults.put)
+def test_a_dying_actor_cleans_up_with_what_killed_it(faults):
     port, receiver = Channel.open()
     tidy = crown.world_flat().spawn("dies_tidily", Tidy, port, "dying")
     tidy.slice(ranks=3).crack.broadcast()
     assert _drain(receiver, 1) == [("dying", 3, "ValueError('cracked')")]
-    assert faults.get(timeout=WAIT).rank == 3
+    assert faults.next().rank == 3
     tidy.stop().get(timeout=WAIT)  # the dead member counts as stopped
     assert sorted(_drain(receiver, 3)) == [("dying", r, None) for r in range(3)]
 
