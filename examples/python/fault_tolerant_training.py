@@ -9,11 +9,12 @@ as soon as one dies.
 Every Trainer makes the same synthetic regression data set and computes the
 gradient of the loss on its shard of it, the samples i with
 i % shards == index. Each step the controller sends the weights and the
-number of shards, averages the gradients and takes an SGD step. At step
-KILL_STEP the last rank's process SIGKILLs itself (a node lost, in
-miniature). That step's call raises SupervisionError; the controller slices
-the mesh to the ranks still alive, which re-shard the data among
-themselves, runs the step again and goes on. The loss keeps falling.
+live ranks, averages the gradients and takes an SGD step. At step
+KILL_STEP rank VICTIM's process SIGKILLs itself (a node lost, in
+miniature). That step's call raises SupervisionError; the controller goes on
+with trainers.survivors(), the mesh of the ranks still alive, which
+re-shard the data among themselves; it runs the step again and goes on.
+The loss keeps falling.
 """
 import os
 import signal
@@ -27,6 +28,7 @@ FEATURES = 16
 SAMPLES = 8192
 STEPS = 40
 KILL_STEP = 15
+VICTIM = 1  # a rank in the middle: the survivors are no strided slice
 
 
 def make_model():
@@ -46,13 +48,13 @@ class Trainer(Actor):
         self.model = make_model()
 
     @endpoint
-    def gradients(self, state, step, shards):
-        """Loads the weights; returns (loss, gradients) on this rank's shard."""
+    def gradients(self, state, step, ranks):
+        """Loads the weights; returns (loss, gradients) on this rank's shard
+        of the data, split among the live `ranks`."""
         if step == KILL_STEP and self.rank == self.victim:
             os.kill(os.getpid(), signal.SIGKILL)
-        # The live ranks are 0 .. shards-1 (the victim is the last), so a
-        # rank is also its shard's index.
-        x, y = self.x[self.rank::shards], self.y[self.rank::shards]
+        shard, shards = ranks.index(self.rank), len(ranks)
+        x, y = self.x[shard::shards], self.y[shard::shards]
         self.model.load_state_dict(state)
         self.model.zero_grad()
         loss = torch.nn.functional.mse_loss(self.model(x), y)
@@ -61,32 +63,31 @@ class Trainer(Actor):
 
 
 def main():
-    world = crown.world_flat()  # {"ranks": N}
-    live = len(world)
-    trainers = world.spawn("trainer", Trainer, live - 1)
+    trainers = crown.world_flat().spawn("trainer", Trainer, VICTIM)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
-    print(f"training on {live} ranks; rank {live - 1} dies at step {KILL_STEP}")
+    print(f"training on {len(trainers)} ranks; rank {VICTIM} dies at step {KILL_STEP}")
     loss = before_loss = None
     step = 0
     while step < STEPS:
+        ranks = trainers.shape.ranks()
         try:
-            replies = trainers.gradients.call(model.state_dict(), step, live).get(timeout=60)
+            replies = trainers.gradients.call(model.state_dict(), step, ranks).get(timeout=60)
         except SupervisionError as e:
             before_loss = loss
-            live -= 1
-            print(f"step {step}: lost rank {e.rank} ({e.host}): "
-                  f"carrying on with {live} ranks, the data re-sharded among them")
-            trainers = trainers.slice(ranks=slice(0, live))
+            trainers = trainers.survivors()
+            print(f"step {step}: lost rank {e.rank} ({e.host}): carrying on with "
+                  f"{len(trainers)} ranks {trainers.shape.ranks()}, the data re-sharded among them")
             continue  # the same step again, on the survivors
         results = replies.values()
         for param, grads in zip(model.parameters(), zip(*(g for _, g in results))):
             param.grad = torch.stack(grads).mean(dim=0)  # the all-reduce, on the controller
         optimizer.step()
         loss = sum(loss for loss, _ in results) / len(results)
-        print(f"step {step:3d}  ranks {live}  loss {loss:.4f}")
+        print(f"step {step:3d}  ranks {len(trainers)}  loss {loss:.4f}")
         step += 1
-    print(f"loss before the failure {before_loss:.4f}, final loss {loss:.4f} on {live} ranks")
+    print(f"loss before the failure {before_loss:.4f}, final loss {loss:.4f} on "
+          f"{len(trainers)} ranks")
     if loss < before_loss:
         print("the loss kept falling after the failure")
 

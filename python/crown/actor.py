@@ -169,7 +169,10 @@ def _shape_index(self, **indices):
 
 
 def _shape_ndslice(self) -> Slice:
-    _, offset, sizes, strides = self.__getstate__()
+    _, offset, sizes, strides, chosen = self.__getstate__()
+    if chosen:
+        raise ValueError(f"{self} stands over chosen ranks {chosen} (a mesh of survivors), "
+                         f"which no offset and strides describe: use ranks()")
     return Slice(offset=offset, sizes=sizes, strides=strides)
 
 
@@ -536,6 +539,20 @@ class _Sliceable:
     @property
     def shape(self) -> Shape:
         return self._shape
+
+    def survivors(self):
+        """The same over its live ranks only (those whose process is not
+        lost), so a program carries on after a loss: itself when none is
+        lost, else one dimension ``ranks`` over the live ranks in rank order
+        (no stride describes what is left). Raises SupervisionError when
+        every rank is lost."""
+        ranks = self._shape.ranks()
+        live = sorted(rank for rank in ranks if _crown.alive(rank))
+        if len(live) == len(ranks):
+            return self
+        if not live:
+            raise SupervisionError(f"every rank of {self._shape} has been lost")
+        return self._with(Shape.of_ranks("ranks", live))
 
     def slice(self, **dims):
         """``slice(procs=0)`` removes a dimension, ``slice(procs=slice(0, 4, 2))`` keeps it."""

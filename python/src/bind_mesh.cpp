@@ -33,7 +33,16 @@ void bindMesh(py::module_& m) {
              return mesh::Shape(dims);
            }),
            "Row-major from rank 0: Shape([('hosts', 2), ('procs', 4)]).")
+      .def_static(
+          "of_ranks",
+          [](const std::string& label, std::vector<std::size_t> ranks) {
+            return mesh::Shape({label}, mesh::Slice::ofRanks(std::move(ranks)));
+          },
+          "One dimension over exactly these ranks (strictly increasing): a mesh of survivors.")
       .def_property_readonly("labels", &mesh::Shape::labels)
+      .def_property_readonly(
+          "chosen", [](const mesh::Shape& s) { return !s.slice().members().empty(); },
+          "True for a shape over chosen ranks (of_ranks), which no stride describes.")
       .def_property_readonly("sizes", &mesh::Shape::sizes)
       .def("__len__", [](const mesh::Shape& s) { return s.size(); })
       .def("size", [](const mesh::Shape& s, const std::string& label) { return s.size(label); })
@@ -58,13 +67,15 @@ void bindMesh(py::module_& m) {
       .def(py::pickle(
           [](const mesh::Shape& s) {
             const auto& slice = s.slice();
-            return py::make_tuple(s.labels(), slice.offset(), slice.sizes(), slice.strides());
+            return py::make_tuple(s.labels(), slice.offset(), slice.sizes(), slice.strides(),
+                                  slice.members());
           },
           [](const py::tuple& t) {
             return mesh::Shape(t[0].cast<std::vector<std::string>>(),
                                mesh::Slice(t[1].cast<std::size_t>(),
                                            t[2].cast<std::vector<std::size_t>>(),
-                                           t[3].cast<std::vector<std::size_t>>()));
+                                           t[3].cast<std::vector<std::size_t>>(),
+                                           t[4].cast<std::vector<std::size_t>>()));
           }));
 }
 

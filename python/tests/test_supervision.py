@@ -4,6 +4,7 @@ keeps running, and calls to the surviving actors still work."""
 
 import ctypes
 import os
+import pickle
 import signal
 import time
 
@@ -72,6 +73,26 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     assert replies.errors()[0][1].endpoint == "nap"
     for rank in (0, 1, 3):
         assert sleepers.slice(procs=rank).nap.call_one(0).get(timeout=10) == rank
+
+
+def test_the_survivors_are_a_mesh_that_carries_on():
+    # Rank 2 was lost above: what is left is no strided slice of the world.
+    world = crown.world()
+    live = world.survivors()
+    assert live.shape.ranks() == [0, 1, 3, 4]
+    assert live.sizes == {"ranks": 4}
+    assert live.survivors() is live
+    assert pickle.loads(pickle.dumps(live.shape)) == live.shape
+    sleepers = live.spawn("survivors", Sleeper)
+    assert sleepers.nap.call(0).get(timeout=10).values() == [0, 1, 3, 4]
+    assert sleepers.slice(ranks=slice(1, 3)).nap.call(0).get(timeout=10).values() == [1, 3]
+    assert sleepers.slice(ranks=2).nap.call_one(0).get(timeout=10) == 3
+    assert sleepers.survivors() is sleepers
+    # An actor mesh of the whole world, after the loss: its survivors answer.
+    everyone = crown.world().spawn("everyone", Sleeper)
+    assert everyone.survivors().nap.call(0).get(timeout=10).values() == [0, 1, 3, 4]
+    with pytest.raises(ValueError, match="chosen ranks"):
+        live.shape.ndslice
 
 
 # Issue 10: the loss names how the process went, from the departing rank's

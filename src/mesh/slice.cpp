@@ -137,6 +137,45 @@ Slice Slice::rowMajor(std::vector<std::size_t> sizes, std::size_t offset) {
   return Slice(offset, std::move(sizes), std::move(strides));
 }
 
+Slice::Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides,
+             std::vector<std::size_t> members)
+    : Slice(offset, std::move(sizes), std::move(strides)) {
+  if (!members.empty()) *this = over(std::move(members));
+}
+
+Slice Slice::ofRanks(std::vector<std::size_t> ranks) {
+  if (ranks.empty()) throw ConfigError("a slice of chosen ranks needs at least one rank");
+  return rowMajor({ranks.size()}).over(std::move(ranks));
+}
+
+Slice Slice::over(std::vector<std::size_t> members) const {
+  for (std::size_t i = 1; i < members.size(); ++i) {
+    if (members[i] <= members[i - 1]) {
+      throw ConfigError("the ranks of a slice of chosen ranks must strictly increase; got " +
+                        detail::listString(members));
+    }
+  }
+  std::size_t largest = offset_;  // the largest position: offset + span (nested)
+  for (std::size_t d = 0; d < sizes_.size(); ++d) largest += (sizes_[d] - 1) * strides_[d];
+  if (largest >= members.size()) {
+    throw ConfigError("slice " + toString() + " reaches position " + std::to_string(largest) +
+                      " of a list of " + std::to_string(members.size()) + " ranks");
+  }
+  Slice result = *this;
+  result.members_ = std::make_shared<const std::vector<std::size_t>>(std::move(members));
+  return result;
+}
+
+Slice Slice::inherit(Slice derived) const {
+  derived.members_ = members_;
+  return derived;
+}
+
+const std::vector<std::size_t>& Slice::members() const {
+  static const std::vector<std::size_t> none;
+  return members_ ? *members_ : none;
+}
+
 std::size_t Slice::size() const {
   return std::accumulate(sizes_.begin(), sizes_.end(), std::size_t{1},
                          [](std::size_t a, std::size_t b) { return a * b; });
@@ -156,10 +195,15 @@ std::size_t Slice::location(const std::vector<std::size_t>& coords) const {
     }
     rank += coords[d] * strides_[d];  // at most offset + span: checked in the constructor
   }
-  return rank;
+  return rankOf(rank);
 }
 
 std::optional<std::vector<std::size_t>> Slice::findCoordinates(std::size_t rank) const {
+  if (members_) {  // the rank's position in the list, then the position's coordinates
+    auto it = std::lower_bound(members_->begin(), members_->end(), rank);
+    if (it == members_->end() || *it != rank) return std::nullopt;
+    rank = static_cast<std::size_t>(it - members_->begin());
+  }
   if (rank < offset_) return std::nullopt;
   std::size_t pos = rank - offset_;
   std::vector<std::size_t> order;
@@ -197,7 +241,7 @@ std::vector<std::size_t> Slice::ranks() const {
   std::vector<std::size_t> coords(sizes_.size(), 0);
   std::size_t rank = offset_;
   while (true) {
-    out.push_back(rank);
+    out.push_back(rankOf(rank));
     // Odometer: advance the last dimension, carrying into the ones before it.
     std::size_t d = sizes_.size();
     while (d > 0) {
@@ -224,7 +268,7 @@ Slice Slice::select(std::size_t dim, std::int64_t begin, std::int64_t end,
   // A single element leaves the stride unused: keeping it avoids overflow on
   // a huge step and makes equal selections compare equal.
   if (range.size > 1) strides[dim] *= range.step;
-  return Slice(offset_ + range.begin * strides_[dim], std::move(sizes), std::move(strides));
+  return inherit(Slice(offset_ + range.begin * strides_[dim], std::move(sizes), std::move(strides)));
 }
 
 Slice Slice::at(std::size_t dim, std::int64_t index) const {
@@ -234,7 +278,7 @@ Slice Slice::at(std::size_t dim, std::int64_t index) const {
   std::vector<std::size_t> strides = strides_;
   sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(dim));
   strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(dim));
-  return Slice(offset_ + i * strides_[dim], std::move(sizes), std::move(strides));
+  return inherit(Slice(offset_ + i * strides_[dim], std::move(sizes), std::move(strides)));
 }
 
 Slice Slice::split(std::size_t dim, const std::vector<std::size_t>& parts) const {
@@ -270,7 +314,7 @@ Slice Slice::split(std::size_t dim, const std::vector<std::size_t>& parts) const
   strides.erase(strides.begin() + pos);
   sizes.insert(sizes.begin() + pos, parts.begin(), parts.end());
   strides.insert(strides.begin() + pos, part_strides.begin(), part_strides.end());
-  return Slice(offset_, std::move(sizes), std::move(strides));
+  return inherit(Slice(offset_, std::move(sizes), std::move(strides)));
 }
 
 Slice Slice::flatten() const {
@@ -279,12 +323,13 @@ Slice Slice::flatten() const {
     throw ConfigError("cannot flatten slice " + toString() +
                       ": its ranks are not evenly spaced in row-major order");
   }
-  return *flat;
+  return inherit(*flat);
 }
 
 std::string Slice::toString() const {
   return "{offset=" + std::to_string(offset_) + ", sizes=" + detail::listString(sizes_) +
-         ", strides=" + detail::listString(strides_) + "}";
+         ", strides=" + detail::listString(strides_) +
+         (members_ ? ", of ranks " + detail::listString(*members_) : "") + "}";
 }
 
 std::ostream& operator<<(std::ostream& out, const Slice& slice) { return out << slice.toString(); }

@@ -5,6 +5,11 @@
 // these, so a cast tree can be computed from the slice alone. A plain value:
 // any thread.
 //
+// A slice may also stand over an explicit list of ranks (ofRanks: the ranks
+// of a mesh that survived a loss, which no stride describes): the strided
+// part then picks positions in that list, and every operation works on the
+// positions, so a cast tree over it is computed from the slice alone still.
+//
 // Invariant (kept by the constructor): the slice is nested. Order the
 // dimensions of size > 1 by stride; each stride is larger than the span
 // sum((size_j - 1) * stride_j) of all the smaller-stride dimensions. Then no
@@ -19,6 +24,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,14 +52,28 @@ class Slice {
   /// size is at least 1, the slice is nested (see above) and its largest
   /// rank fits in std::size_t.
   Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides);
+  /// The same, its positions standing for `members` (see members()); throws
+  /// ConfigError unless they strictly increase and cover every position.
+  /// Empty members: as above.
+  Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides,
+        std::vector<std::size_t> members);
 
   /// The dense row-major slice of these sizes starting at offset: the last
   /// dimension has stride 1.
   static Slice rowMajor(std::vector<std::size_t> sizes, std::size_t offset = 0);
 
+  /// One dimension over exactly these ranks, in this order. Throws
+  /// ConfigError unless there is at least one and they strictly increase.
+  static Slice ofRanks(std::vector<std::size_t> ranks);
+
+  /// offset, sizes and strides address ranks, or with members() positions
+  /// in that list of ranks.
   std::size_t offset() const { return offset_; }
   const std::vector<std::size_t>& sizes() const { return sizes_; }
   const std::vector<std::size_t>& strides() const { return strides_; }
+  /// The ranks positions stand for, for a slice made by ofRanks (or derived
+  /// from one); empty when positions are ranks.
+  const std::vector<std::size_t>& members() const;
   /// Number of dimensions.
   std::size_t dims() const { return sizes_.size(); }
   /// Number of ranks (1 for a zero-dimensional slice).
@@ -99,31 +119,43 @@ class Slice {
   /// "{offset=0, sizes=[2, 4], strides=[4, 1]}"
   std::string toString() const;
 
-  /// Structural: the same offset, sizes and strides. Two slices with the
-  /// same ranks may differ in the stride of a size-1 dimension.
-  friend bool operator==(const Slice&, const Slice&) = default;
+  /// Structural: the same offset, sizes, strides and members. Two slices
+  /// with the same ranks may differ in the stride of a size-1 dimension.
+  friend bool operator==(const Slice& a, const Slice& b) {
+    return a.offset_ == b.offset_ && a.sizes_ == b.sizes_ && a.strides_ == b.strides_ &&
+           a.members() == b.members();
+  }
 
   template <class Archive>
   void save(Archive& archive, unsigned) const {
-    archive << offset_ << sizes_ << strides_;
+    archive << offset_ << sizes_ << strides_ << members();
   }
   /// Validates what it reads, as the constructor does: bytes from a peer
   /// never make an invalid slice.
   template <class Archive>
   void load(Archive& archive, unsigned) {
     std::size_t offset = 0;
-    std::vector<std::size_t> sizes, strides;
-    archive >> offset >> sizes >> strides;
-    *this = Slice(offset, std::move(sizes), std::move(strides));
+    std::vector<std::size_t> sizes, strides, members;
+    archive >> offset >> sizes >> strides >> members;
+    *this = Slice(offset, std::move(sizes), std::move(strides), std::move(members));
   }
   BOOST_SERIALIZATION_SPLIT_MEMBER()
 
  private:
   std::optional<std::vector<std::size_t>> findCoordinates(std::size_t rank) const;
+  /// This slice's positions over `members`: throws ConfigError unless they
+  /// strictly increase and cover every position.
+  Slice over(std::vector<std::size_t> members) const;
+  /// A slice derived from this one (same positions) keeps its members.
+  Slice inherit(Slice derived) const;
+  std::size_t rankOf(std::size_t position) const {
+    return members_ ? (*members_)[position] : position;
+  }
 
   std::size_t offset_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<std::size_t> strides_;
+  std::shared_ptr<const std::vector<std::size_t>> members_;  // null: positions are ranks
 };
 
 std::ostream& operator<<(std::ostream& out, const Slice& slice);

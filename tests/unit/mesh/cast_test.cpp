@@ -127,6 +127,22 @@ TEST(Cast, SlicesAddressTheirMembersOnly) {
             4u);
 }
 
+// A mesh over chosen ranks (survivors): casts, spawns and replies reach
+// exactly those ranks through a tree computed from positions, fan-out 2.
+TEST(Cast, AMeshOfChosenRanksReachesExactlyThem) {
+  SimulatedWorld sim(20);
+  mesh::setCastFanout(sim.proc(0), 2);
+  ProcMesh chosen(mesh::Shape({"ranks"}, mesh::Slice::ofRanks({0, 2, 3, 7, 8, 11, 13, 19})));
+  auto workers = chosen.spawn<Worker>("chosen");
+  auto replies = workers.call<int>(AddRank{0}).get(10s);
+  ASSERT_EQ(replies.size(), 8u);
+  EXPECT_EQ(replies.values(), (std::vector<int>{0, 2, 3, 7, 8, 11, 13, 19}));
+  EXPECT_EQ(replies.get({{"ranks", 5}}), 11);
+  auto some = workers.slice({{"ranks", Range{1, mesh::kEnd, 3}}});
+  EXPECT_EQ(some.call<int>(AddRank{0}).get(10s).values(), (std::vector<int>{2, 8, 19}));
+  EXPECT_EQ(workers.reduce<int>(AddRank{0}, mesh::Sum{}).get(10s), 63);
+}
+
 TEST(Cast, CallOneOnSeveralActorsFailsBeforeSending) {
   SimulatedWorld sim(4);
   auto workers = sim.world().spawn<Worker>("worker");

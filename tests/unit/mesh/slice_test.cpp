@@ -225,18 +225,23 @@ TEST(Slice, SerializationRoundTrips) {
 struct RawSlice {
   std::size_t offset = 0;
   Sizes sizes, strides;
+  Sizes members;  // empty: positions are ranks
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& offset& sizes& strides;
+    archive& offset& sizes& strides& members;
   }
 };
 
 TEST(Slice, DecodingAnInvalidSliceIsAProtocolError) {
   Slice valid(2, {2, 3}, {3, 1});
-  EXPECT_EQ(wire::toBytes(RawSlice{2, {2, 3}, {3, 1}}), wire::toBytes(valid));
-  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2, 2}, {1, 1}})), ProtocolError);
-  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1, 1}})), ProtocolError);
-  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {0}, {1}})), ProtocolError);
+  EXPECT_EQ(wire::toBytes(RawSlice{2, {2, 3}, {3, 1}, {}}), wire::toBytes(valid));
+  EXPECT_EQ(wire::toBytes(RawSlice{0, {3}, {1}, {1, 4, 6}}), wire::toBytes(Slice::ofRanks({1, 4, 6})));
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2, 2}, {1, 1}, {}})), ProtocolError);
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1, 1}, {}})), ProtocolError);
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {0}, {1}, {}})), ProtocolError);
+  // Chosen ranks that do not increase, or too few for the positions.
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1}, {5, 3}})), ProtocolError);
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {3}, {1}, {1, 2}})), ProtocolError);
 }
 
 // ---- Properties against brute force ----------------------------------------
@@ -428,6 +433,44 @@ TEST(SliceProperty, SplitKeepsTheRanksAndFlattenUndoesIt) {
     Slice strided_split = strided.split(d, randomFactors(rng, strided.sizes()[d]));
     ASSERT_EQ(strided_split.ranks(), strided.ranks());
   }
+}
+
+}  // namespace
+}  // namespace crown::mesh
+
+namespace crown::mesh {
+namespace {
+
+// A slice over chosen ranks (what survived a loss): every operation works on
+// positions in the list, so ranks come out as the list says.
+TEST(SliceOfRanks, PositionsStandForTheChosenRanks) {
+  Slice alive = Slice::ofRanks({0, 1, 3, 4, 7, 9});
+  EXPECT_EQ(alive.size(), 6u);
+  EXPECT_EQ(alive.ranks(), (Sizes{0, 1, 3, 4, 7, 9}));
+  EXPECT_EQ(alive.rankAt(4), 7u);
+  EXPECT_EQ(alive.indexOf(9), 5u);
+  EXPECT_EQ(alive.coordinates(3), (Sizes{2}));
+  EXPECT_TRUE(alive.contains(4));
+  EXPECT_FALSE(alive.contains(2));
+  EXPECT_THROW(alive.indexOf(2), ConfigError);
+  EXPECT_EQ(alive.select(0, 1, kEnd, 2).ranks(), (Sizes{1, 4, 9}));
+  EXPECT_EQ(alive.at(0, 3).ranks(), (Sizes{4}));
+  Slice grid = alive.split(0, {2, 3});
+  EXPECT_EQ(grid.location({1, 0}), 4u);
+  EXPECT_EQ(grid.at(1, 2).ranks(), (Sizes{3, 9}));
+  EXPECT_EQ(grid.flatten(), alive);
+  EXPECT_NE(alive, Slice::rowMajor({6}));  // the same positions, other ranks
+  EXPECT_NE(alive.toString().find("of ranks [0, 1, 3, 4, 7, 9]"), std::string::npos);
+}
+
+TEST(SliceOfRanks, TravelsWithItsRanksAndRefusesABadList) {
+  Slice alive = Slice::ofRanks({2, 5, 6});
+  Slice back = wire::fromBytes<Slice>(wire::toBytes(alive.select(0, 1)));
+  EXPECT_EQ(back.ranks(), (Sizes{5, 6}));
+  EXPECT_EQ(back, alive.select(0, 1));
+  EXPECT_THROW(Slice::ofRanks({}), ConfigError);
+  EXPECT_THROW(Slice::ofRanks({3, 3}), ConfigError);
+  EXPECT_THROW(Slice::ofRanks({4, 1}), ConfigError);
 }
 
 }  // namespace
