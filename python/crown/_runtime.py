@@ -414,7 +414,7 @@ def finish(instance, exc) -> None:
     if instance.__dict__.get("_crown_finished"):
         return None
     instance.__dict__["_crown_finished"] = True
-    from . import _crown, _supervision
+    from . import _supervision  # here: it imports this module
 
     actor = current_actor()
     if actor is not None:

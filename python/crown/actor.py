@@ -38,7 +38,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
-from . import _crown, _pickle, _runtime, _supervision
+from . import _crown, _pickle, _placement, _runtime, _supervision
 from ._shape import Slice
 from ._supervision import MeshFailure
 
@@ -1374,8 +1374,6 @@ class HostMesh:
 def this_host() -> HostMesh:
     """The host this code runs on, as in Monarch: the controller's in main(),
     an actor's own inside its endpoints."""
-    from . import _placement
-
     world = _crown.world_shape()
     host = world.select({"hosts": world.coordinates(_crown.rank())["hosts"]})
     if _placement.controller == "dedicated" and host.ranks()[0] == 0:

@@ -22,12 +22,13 @@ def main():
     assert crown.world().shape.ranks() == [1, 2], crown.world()
     assert this_host().ranks == [1, 2], this_host()
     members = crown.world_flat().spawn("where", Where)
-    print("members on ranks", members.rank.call().get(timeout=20).values(), flush=True)
+    # One write per line (an f-string): other ranks' stderr must not split it.
+    print(f"members on ranks {members.rank.call().get(timeout=20).values()}", flush=True)
     try:
         members.slice(ranks=1).quit.call_one(3).get(timeout=20)
     except SupervisionError as lost:
         print(f"lost: {lost}", flush=True)
-    print("survivor:", members.slice(ranks=0).rank.call_one().get(timeout=20), flush=True)
+    print(f"survivor: {members.slice(ranks=0).rank.call_one().get(timeout=20)}", flush=True)
 
 
 crown.run(main, controller="dedicated")
