@@ -59,6 +59,14 @@ void bindMesh(py::module_& m) {
              }
              return s.select(chosen);
            })
+      .def(
+          "replacing",
+          [](const mesh::Shape& s, const std::map<std::size_t, std::size_t>& replacements) {
+            std::vector<std::pair<std::size_t, std::size_t>> pairs(replacements.begin(),
+                                                                   replacements.end());
+            return mesh::Shape(s.labels(), s.slice().replacing(pairs));
+          },
+          "The same shape, each old rank of {old: new} standing for its new one (respawn_lost).")
       .def("flatten", &mesh::Shape::flatten)
       .def("rename", &mesh::Shape::rename)
       .def("split", &mesh::Shape::split)

@@ -7,6 +7,7 @@ argument that cannot be pickled."""
 
 import asyncio
 import operator
+import pickle
 import threading
 import time
 import typing
@@ -265,6 +266,16 @@ def test_shape_and_slice_methods():
         nd.nditem([2, 0])
     assert nd == Slice(offset=1, sizes=[2, 2], strides=[4, 2]) != shape.ndslice
     assert shape.ndslice == Slice(offset=0, sizes=[2, 4], strides=[4, 1])
+
+
+def test_a_replaced_shape_keeps_its_dimensions():
+    # crown's seam for respawned ranks: positions stand for new rank numbers.
+    mended = Shape([("hosts", 2), ("procs", 2)]).replacing({1: 6})
+    assert mended.ranks() == [0, 6, 2, 3] and mended.sizes == [("hosts", 2), ("procs", 2)]
+    assert mended.chosen and mended.coordinates(6) == [0, 1]
+    assert pickle.loads(pickle.dumps(mended)) == mended
+    with pytest.raises(ValueError, match="not in slice"):
+        mended.replacing({1: 7})
 
 
 # 5. An argument that cannot be pickled is named, with its type.

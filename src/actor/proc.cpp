@@ -3,6 +3,7 @@
 #include "crown/actor/proc.h"
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <unordered_set>
 
@@ -54,12 +55,15 @@ struct Proc::Impl {
   std::mutex lostPeersMutex;
   std::unordered_set<Rank> lostPeers;  // each reported once: by a link, or by declareLost
   std::function<void(const LostMessages&)> lostHook;
+  mutable std::mutex joinedHostsMutex;
+  std::map<Rank, std::string> joinedHosts;  // a node map: host() hands out references
 
   Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
       : options(std::move(opts)),
         transport(std::move(t)),
         sequencer(options.size),
-        requests(options.size),
+        requests(options.size, options.launched == 0 ? options.size : options.launched,
+                 options.rank),
         flow(
             detail::FlowLimits::fromEnv(),
             [this](const detail::Credit& credit) { toFlowAgent(credit.sender.rank, credit); },
@@ -158,6 +162,10 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   CROWN_CHECK(transport != nullptr, "crown::Proc needs a Transport");
   impl_ = std::make_unique<Impl>(*this, std::move(options), std::move(transport));
   Impl* impl = impl_.get();
+  for (Rank lost : impl->options.lostBefore) {
+    impl->requests.markLost(lost);
+    impl->lostPeers.insert(lost);
+  }
   impl->mailboxes.host(std::make_unique<detail::ProcAgent>(
                            *this, [impl](const LostMessages& lost) { impl->onLostMessages(lost); }),
                        kAgentLocalId, "proc-agent");
@@ -221,7 +229,25 @@ Rank Proc::size() const { return impl_->options.size; }
 const std::string& Proc::host(Rank rank) const {
   static const std::string unknown;
   const auto& hosts = impl_->options.hosts;
-  return hosts && rank < hosts->size() ? (*hosts)[rank] : unknown;
+  if (hosts && rank < hosts->size() && !(*hosts)[rank].empty()) return (*hosts)[rank];
+  std::lock_guard lock(impl_->joinedHostsMutex);
+  auto joined = impl_->joinedHosts.find(rank);
+  return joined != impl_->joinedHosts.end() ? joined->second : unknown;
+}
+
+void Proc::admitRank(Rank rank, const std::string& host, const std::string& address) {
+  if (rank >= size() || impl_->requests.exists(rank)) {
+    throw ConfigError("rank " + std::to_string(rank) + " cannot join: " +
+                      (rank >= size() ? "there are only " + std::to_string(size()) + " rank slots"
+                                      : std::string("its slot is taken")));
+  }
+  {
+    std::lock_guard lock(impl_->joinedHostsMutex);
+    impl_->joinedHosts.emplace(rank, host);
+  }
+  impl_->transport->admit(rank, address);  // reachable before anyone sees it alive
+  impl_->requests.admit(rank);
+  log::get().debug("rank {} joined on {}", rank, host);
 }
 
 bool Proc::alive(Rank rank) const { return impl_->requests.alive(rank); }
@@ -252,7 +278,11 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payl
     return id;
   }
   if (!impl_->requests.add(id, dest.rank, complete)) {
-    complete(Outcome{impl_->lostError(*this, dest.rank, "lost earlier"), {}, {}});
+    auto error = impl_->requests.exists(dest.rank)
+                     ? impl_->lostError(*this, dest.rank, "lost earlier")
+                     : std::make_exception_ptr(ConfigError(
+                           "rank " + std::to_string(dest.rank) + " does not exist (a vacant slot)"));
+    complete(Outcome{error, {}, {}});
     return id;
   }
   Envelope envelope{MessageKind::kRequest, impl_->senderId(), dest, id, std::move(type)};

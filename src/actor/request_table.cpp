@@ -1,12 +1,20 @@
 #include "actor/request_table.h"
 
+#include <algorithm>
+
 #include "crown/actor/failure.h"
 
 namespace crown::detail {
 
+RequestTable::RequestTable(Rank slots, Rank present, Rank self)
+    : state_(slots, State::kVacant) {
+  for (Rank r = 0; r < std::min(present, slots); ++r) state_[r] = State::kPresent;
+  if (self < slots) state_[self] = State::kPresent;
+}
+
 bool RequestTable::add(std::uint64_t id, Rank dest, Completion complete) {
   std::lock_guard lock(mutex_);
-  if (dest < lost_.size() && lost_[dest]) return false;
+  if (dest < state_.size() && state_[dest] != State::kPresent) return false;
   pending_.emplace(id, Pending{dest, std::move(complete)});
   return true;
 }
@@ -47,13 +55,25 @@ void RequestTable::cancel(std::uint64_t id) {
 
 bool RequestTable::alive(Rank rank) const {
   std::lock_guard lock(mutex_);
-  return rank < lost_.size() && !lost_[rank];
+  return rank < state_.size() && state_[rank] == State::kPresent;
+}
+
+bool RequestTable::exists(Rank rank) const {
+  std::lock_guard lock(mutex_);
+  return rank < state_.size() && state_[rank] != State::kVacant;
+}
+
+bool RequestTable::admit(Rank rank) {
+  std::lock_guard lock(mutex_);
+  if (rank >= state_.size() || state_[rank] != State::kVacant) return false;
+  state_[rank] = State::kPresent;
+  return true;
 }
 
 std::vector<Completion> RequestTable::markLost(Rank peer) {
   std::vector<Completion> failed;
   std::lock_guard lock(mutex_);
-  if (peer < lost_.size()) lost_[peer] = true;
+  if (peer < state_.size()) state_[peer] = State::kLost;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.dest == peer) {
       failed.push_back(std::move(it->second.complete));

@@ -263,7 +263,9 @@ Runtime& Runtime::init(int* argc, char*** argv) {
                             /*stopsPool=*/true,
                             {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule(),
                              rdma::rdmaModule(pool), supervision::supervisionModule()},
-                            self.mpi_->service};
+                            self.mpi_->service,
+                            /*launched=*/0,
+                            /*lostBefore=*/{}};
   transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as self
   self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = &self;

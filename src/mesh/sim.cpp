@@ -56,7 +56,7 @@ SimulatedWorld::SimulatedWorld(std::size_t procs, std::vector<Dim> dims,
   for (Rank rank = 0; rank < size; ++rank) {
     std::vector<Proc::ModuleFactory> modules{meshModule()};
     modules.insert(modules.end(), layersAbove.begin(), layersAbove.end());
-    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, modules, nullptr};
+    Proc::Options options{rank, size, hosts, pool_, /*stopsPool=*/false, modules, nullptr, 0, {}};
     // The in-process transport needs no endpoints.
     auto transport = std::make_unique<SilenceableTransport>(
         transport::makeLocalTransport(hub_, rank), rank, silenced_);

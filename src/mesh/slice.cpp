@@ -145,13 +145,23 @@ Slice::Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std
 
 Slice Slice::ofRanks(std::vector<std::size_t> ranks) {
   if (ranks.empty()) throw ConfigError("a slice of chosen ranks needs at least one rank");
+  for (std::size_t i = 1; i < ranks.size(); ++i) {
+    if (ranks[i] <= ranks[i - 1]) {
+      throw ConfigError("the ranks of a slice of chosen ranks must strictly increase; got " +
+                        detail::listString(ranks));
+    }
+  }
   return rowMajor({ranks.size()}).over(std::move(ranks));
 }
 
 Slice Slice::over(std::vector<std::size_t> members) const {
-  for (std::size_t i = 1; i < members.size(); ++i) {
-    if (members[i] <= members[i - 1]) {
-      throw ConfigError("the ranks of a slice of chosen ranks must strictly increase; got " +
+  auto list = std::make_shared<Members>();
+  list->positions.reserve(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) list->positions.emplace_back(members[i], i);
+  std::sort(list->positions.begin(), list->positions.end());
+  for (std::size_t i = 1; i < list->positions.size(); ++i) {
+    if (list->positions[i].first == list->positions[i - 1].first) {
+      throw ConfigError("the ranks of a slice of chosen ranks must be distinct; got " +
                         detail::listString(members));
     }
   }
@@ -161,9 +171,27 @@ Slice Slice::over(std::vector<std::size_t> members) const {
     throw ConfigError("slice " + toString() + " reaches position " + std::to_string(largest) +
                       " of a list of " + std::to_string(members.size()) + " ranks");
   }
+  list->ranks = std::move(members);
   Slice result = *this;
-  result.members_ = std::make_shared<const std::vector<std::size_t>>(std::move(members));
+  result.members_ = std::move(list);
   return result;
+}
+
+Slice Slice::replacing(
+    const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const {
+  std::size_t largest = offset_;
+  for (std::size_t d = 0; d < sizes_.size(); ++d) largest += (sizes_[d] - 1) * strides_[d];
+  std::vector<std::size_t> members(largest + 1);
+  for (std::size_t position = 0; position <= largest; ++position) members[position] = rankOf(position);
+  for (const auto& [old, replacement] : replacements) {
+    auto position = positionOf(old);
+    if (!findCoordinates(old) || !position) {
+      throw ConfigError("rank " + std::to_string(old) + " is not in slice " + toString() +
+                        ": it cannot be replaced");
+    }
+    members[*position] = replacement;
+  }
+  return over(std::move(members));  // checks that no new rank was there already
 }
 
 Slice Slice::inherit(Slice derived) const {
@@ -171,9 +199,18 @@ Slice Slice::inherit(Slice derived) const {
   return derived;
 }
 
+std::optional<std::size_t> Slice::positionOf(std::size_t rank) const {
+  if (!members_) return rank;
+  const auto& positions = members_->positions;
+  auto it = std::lower_bound(positions.begin(), positions.end(),
+                             std::make_pair(rank, std::size_t{0}));
+  if (it == positions.end() || it->first != rank) return std::nullopt;
+  return it->second;
+}
+
 const std::vector<std::size_t>& Slice::members() const {
   static const std::vector<std::size_t> none;
-  return members_ ? *members_ : none;
+  return members_ ? members_->ranks : none;
 }
 
 std::size_t Slice::size() const {
@@ -200,9 +237,9 @@ std::size_t Slice::location(const std::vector<std::size_t>& coords) const {
 
 std::optional<std::vector<std::size_t>> Slice::findCoordinates(std::size_t rank) const {
   if (members_) {  // the rank's position in the list, then the position's coordinates
-    auto it = std::lower_bound(members_->begin(), members_->end(), rank);
-    if (it == members_->end() || *it != rank) return std::nullopt;
-    rank = static_cast<std::size_t>(it - members_->begin());
+    auto found = positionOf(rank);
+    if (!found) return std::nullopt;
+    rank = *found;
   }
   if (rank < offset_) return std::nullopt;
   std::size_t pos = rank - offset_;
@@ -329,7 +366,7 @@ Slice Slice::flatten() const {
 std::string Slice::toString() const {
   return "{offset=" + std::to_string(offset_) + ", sizes=" + detail::listString(sizes_) +
          ", strides=" + detail::listString(strides_) +
-         (members_ ? ", of ranks " + detail::listString(*members_) : "") + "}";
+         (members_ ? ", of ranks " + detail::listString(members_->ranks) : "") + "}";
 }
 
 std::ostream& operator<<(std::ostream& out, const Slice& slice) { return out << slice.toString(); }

@@ -1,7 +1,10 @@
 // The routing transport: one Transport over several backends, each peer
 // routed to the first backend (in order of preference) that reaches it.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
+#include <optional>
 
 #include "crown/common/log.h"
 #include "crown/transport/transport.h"
@@ -47,21 +50,16 @@ class RoutingTransport final : public Transport {
 
   void start(std::vector<std::string> peers, TransportCallbacks callbacks) override {
     CROWN_CHECK(peers.size() == size_, "one address per rank is needed");
-    route_.assign(size_, kNoRoute);
+    route_ = std::make_unique<std::atomic<std::size_t>[]>(size_);
+    for (Rank r = 0; r < size_; ++r) route_[r].store(kVacant, std::memory_order_relaxed);
     lost_.assign(size_, false);
     std::vector<std::vector<std::string>> byBackend(backends_.size(),
                                                     std::vector<std::string>(size_));
     for (Rank r = 0; r < size_; ++r) {
-      Addresses offered = decodeAddresses(peers[r]);
-      for (std::size_t b = 0; b < backends_.size() && route_[r] == kNoRoute; ++b) {
-        for (const auto& [name, address] : offered) {
-          if (name == backends_[b]->name() && backends_[b]->reaches(address)) {
-            route_[r] = b;
-            byBackend[b][r] = address;
-            break;
-          }
-        }
-      }
+      if (peers[r].empty()) continue;  // a slot for a rank that joins later (admit)
+      auto chosen = choose(decodeAddresses(peers[r]));
+      route_[r].store(chosen ? chosen->first : kNoRoute, std::memory_order_relaxed);
+      if (chosen) byBackend[chosen->first][r] = chosen->second;
     }
     callbacks_ = std::move(callbacks);
     TransportCallbacks relayed = callbacks_;
@@ -71,12 +69,33 @@ class RoutingTransport final : public Transport {
     started_ = true;
   }
 
+  void admit(Rank rank, const std::string& address) override {
+    CROWN_CHECK(started_, "admit before start");
+    if (rank >= size_ || rank == rank_) {
+      throw ConfigError("rank " + std::to_string(rank) + " cannot join a transport of " +
+                        std::to_string(size_) + " slots as rank " + std::to_string(rank_));
+    }
+    auto chosen = choose(decodeAddresses(address));
+    if (!chosen) {
+      throw ConfigError("no backend of rank " + std::to_string(rank_) + " reaches rank " +
+                        std::to_string(rank) + " at the address it gave");
+    }
+    backends_[chosen->first]->admit(rank, chosen->second);
+    route_[rank].store(chosen->first, std::memory_order_release);  // after the backend knows it
+  }
+
   void send(Rank to, OutMessage message) override {
     if (to >= size_) {
       throw ConfigError("rank " + std::to_string(to) + " does not exist (size " +
                         std::to_string(size_) + ")");
     }
-    std::size_t route = route_[to];
+    std::size_t route = route_[to].load(std::memory_order_acquire);
+    if (route == kVacant) {  // nobody there yet: refused, and nobody is lost
+      callbacks_.onSendFailed(to, std::move(message),
+                              LinkError{LinkError::Kind::kRefused,
+                                        "rank " + std::to_string(to) + " has not joined"});
+      return;
+    }
     if (route != kNoRoute) return backends_[route]->send(to, std::move(message));
     LinkError error{LinkError::Kind::kRefused,
                     "no backend of rank " + std::to_string(rank_) + " reaches rank " +
@@ -101,7 +120,21 @@ class RoutingTransport final : public Transport {
   }
 
  private:
-  static constexpr std::size_t kNoRoute = ~std::size_t{0};
+  static constexpr std::size_t kNoRoute = ~std::size_t{0};  // no backend reaches it
+  static constexpr std::size_t kVacant = kNoRoute - 1;       // no address yet
+
+  // The first backend, in order of preference, that reaches one of the
+  // offered addresses: its index and its part of the address.
+  std::optional<std::pair<std::size_t, std::string>> choose(const Addresses& offered) const {
+    for (std::size_t b = 0; b < backends_.size(); ++b) {
+      for (const auto& [name, address] : offered) {
+        if (name == backends_[b]->name() && backends_[b]->reaches(address)) {
+          return std::make_pair(b, address);
+        }
+      }
+    }
+    return std::nullopt;
+  }
 
   // Once per peer, whichever backend noticed.
   void reportLost(Rank peer, const LinkError& error) {
@@ -116,7 +149,8 @@ class RoutingTransport final : public Transport {
   std::vector<std::unique_ptr<Backend>> backends_;
   Rank rank_;
   Rank size_;
-  std::vector<std::size_t> route_;  // fixed once started
+  // By rank: set at start, and once more for a rank that joins (admit).
+  std::unique_ptr<std::atomic<std::size_t>[]> route_;
   TransportCallbacks callbacks_;
   bool started_ = false;
   std::mutex mutex_;

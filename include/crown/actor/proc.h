@@ -73,6 +73,8 @@ class Proc {
 
   struct Options {
     Rank rank = 0;
+    /// Rank slots: those of the launch, and spares for ranks that join later
+    /// (replacements respawned for lost ones; admitRank).
     Rank size = 1;
     /// Host name of every rank; shared, since the simulated procs of one
     /// process would otherwise hold V copies of V names each. Null: unknown.
@@ -89,6 +91,12 @@ class Proc {
     /// MPI for the layers above (bootstrap's service thread, THR-1); null
     /// where there is none (simulated procs).
     std::shared_ptr<MpiService> mpi;
+    /// Ranks [0, launched) (and this one) are present from the start; the
+    /// rest are vacant until they join. 0: every slot is present.
+    Rank launched = 0;
+    /// Ranks lost before this proc started (a replacement joining a job that
+    /// had lost them): marked lost quietly, as nobody here waits on them.
+    std::vector<Rank> lostBefore;
   };
 
   /// A system agent that takes its messages, envelope and all, on the
@@ -109,10 +117,17 @@ class Proc {
   static Proc& current();
 
   Rank rank() const;
+  /// Rank slots (Options::size): every rank is below it, not every slot is filled.
   Rank size() const;
   /// The host name of rank ("" when unknown).
   const std::string& host(Rank rank) const;
+  /// Joined and not lost.
   bool alive(Rank rank) const;
+  /// A vacant slot's rank joined: a process started to replace a lost one,
+  /// on `host`, listening at `address` (its transport's). From here on it is
+  /// alive and reachable. Throws ConfigError when the slot is not vacant or
+  /// no backend reaches the address. Any thread.
+  void admitRank(Rank rank, const std::string& host, const std::string& address);
   /// Another rank (the controller) saw `peer` die: it is lost here too, as if
   /// this rank's own link had failed (requests to it fail, the modules hear
   /// peerLost), unless this rank already knew. A rank that never opened a

@@ -5,10 +5,12 @@
 // these, so a cast tree can be computed from the slice alone. A plain value:
 // any thread.
 //
-// A slice may also stand over an explicit list of ranks (ofRanks: the ranks
-// of a mesh that survived a loss, which no stride describes): the strided
-// part then picks positions in that list, and every operation works on the
-// positions, so a cast tree over it is computed from the slice alone still.
+// A slice may also stand over an explicit list of distinct ranks (ofRanks:
+// the ranks of a mesh that survived a loss, which no stride describes;
+// replacing: a mesh whose lost ranks were respawned under new numbers): the
+// strided part then picks positions in that list, and every operation works
+// on the positions, so a cast tree over it is computed from the slice alone
+// still.
 //
 // Invariant (kept by the constructor): the slice is nested. Order the
 // dimensions of size > 1 by stride; each stride is larger than the span
@@ -53,7 +55,7 @@ class Slice {
   /// rank fits in std::size_t.
   Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides);
   /// The same, its positions standing for `members` (see members()); throws
-  /// ConfigError unless they strictly increase and cover every position.
+  /// ConfigError unless they are distinct and cover every position.
   /// Empty members: as above.
   Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides,
         std::vector<std::size_t> members);
@@ -65,6 +67,11 @@ class Slice {
   /// One dimension over exactly these ranks, in this order. Throws
   /// ConfigError unless there is at least one and they strictly increase.
   static Slice ofRanks(std::vector<std::size_t> ranks);
+
+  /// The same shape with some of its ranks standing for others (old rank ->
+  /// new rank): a mesh whose lost ranks were replaced. Throws ConfigError
+  /// when an old rank is not in the slice or a new one already is.
+  Slice replacing(const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const;
 
   /// offset, sizes and strides address ranks, or with members() positions
   /// in that list of ranks.
@@ -143,19 +150,26 @@ class Slice {
 
  private:
   std::optional<std::vector<std::size_t>> findCoordinates(std::size_t rank) const;
+  /// The position that stands for `rank` (itself without members).
+  std::optional<std::size_t> positionOf(std::size_t rank) const;
   /// This slice's positions over `members`: throws ConfigError unless they
-  /// strictly increase and cover every position.
+  /// are distinct and cover every position.
   Slice over(std::vector<std::size_t> members) const;
   /// A slice derived from this one (same positions) keeps its members.
   Slice inherit(Slice derived) const;
   std::size_t rankOf(std::size_t position) const {
-    return members_ ? (*members_)[position] : position;
+    return members_ ? members_->ranks[position] : position;
   }
+
+  struct Members {
+    std::vector<std::size_t> ranks;  // by position
+    std::vector<std::pair<std::size_t, std::size_t>> positions;  // (rank, position), by rank
+  };
 
   std::size_t offset_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<std::size_t> strides_;
-  std::shared_ptr<const std::vector<std::size_t>> members_;  // null: positions are ranks
+  std::shared_ptr<const Members> members_;  // null: positions are ranks
 };
 
 std::ostream& operator<<(std::ostream& out, const Slice& slice);

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "crown/common/error.h"
 #include "crown/transport/auth.h"
 #include "crown/transport/error.h"
 #include "crown/transport/io_pool.h"
@@ -55,6 +56,15 @@ class Transport {
   virtual std::string address() const = 0;
   /// Every rank's address (as address() gave it), indexed by rank, then start serving.
   virtual void start(std::vector<std::string> peers, TransportCallbacks callbacks) = 0;
+  /// A rank that joined after start (a replacement, respawned): `address`
+  /// (as its address() gave it) becomes where it listens. Until then frames
+  /// to that rank are refused. Throws ConfigError when no backend reaches it
+  /// or this transport cannot admit ranks.
+  virtual void admit(Rank rank, const std::string& address) {
+    (void)address;
+    throw ConfigError("this transport cannot admit rank " + std::to_string(rank) +
+                      " after it started");
+  }
   /// Queues one frame to a peer (opening the link on first use).
   virtual void send(Rank to, OutMessage message) = 0;
   /// Flushes what is queued (for at most `flushTimeout`), then closes every link.

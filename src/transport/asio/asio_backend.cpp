@@ -125,15 +125,32 @@ std::string AsioBackend::describe(const std::string& address) const {
   return kind_ == Kind::kTcp ? address : "local socket @" + parseUnix(address).name;
 }
 
+std::string AsioBackend::peerAddress(Rank peer) const {
+  std::lock_guard lock(mutex_);
+  return peers_.at(peer);
+}
+
+void AsioBackend::admit(Rank rank, const std::string& address) {
+  std::lock_guard lock(mutex_);
+  if (rank >= peers_.size()) {
+    throw ConfigError("rank " + std::to_string(rank) + " has no slot among " +
+                      std::to_string(peers_.size()));
+  }
+  peers_[rank] = address;
+}
+
 GenericEndpoint AsioBackend::target(Rank peer) const {
-  const std::string& address = peers_.at(peer);
+  std::string address = peerAddress(peer);
   if (kind_ == Kind::kTcp) return parseTcp(address);
   return Unix::endpoint(std::string(1, '\0') + parseUnix(address).name);
 }
 
 void AsioBackend::start(std::vector<std::string> peers, TransportCallbacks callbacks) {
   CROWN_CHECK(peers.size() == options_.size, "one address per rank is needed");
-  peers_ = std::move(peers);
+  {
+    std::lock_guard lock(mutex_);
+    peers_ = std::move(peers);
+  }
   callbacks_ = std::move(callbacks);
   sendLinks_.resize(options_.size);
   lost_.assign(options_.size, false);

@@ -38,6 +38,7 @@ class AsioBackend final : public Backend {
   bool reaches(const std::string& address) const override;
   std::string describe(const std::string& address) const override;
   void start(std::vector<std::string> peers, TransportCallbacks callbacks) override;
+  void admit(Rank rank, const std::string& address) override;
   void send(Rank to, OutMessage message) override;
   void stop(std::chrono::milliseconds flushTimeout) override;
   void depart(const std::string& lastWords, std::chrono::milliseconds bound) override;
@@ -47,7 +48,7 @@ class AsioBackend final : public Backend {
   const AsioOptions& options() const { return options_; }
   /// Where `peer` listens, and that place for people.
   asio::generic::stream_protocol::endpoint target(Rank peer) const;
-  std::string describePeer(Rank peer) const { return describe(peers_.at(peer)); }
+  std::string describePeer(Rank peer) const { return describe(peerAddress(peer)); }
   const TransportCallbacks& callbacks() const { return callbacks_; }
   void reportPeerLost(Rank peer, const LinkError& error);
   /// A server link authenticated as `peer`: it becomes the send link to
@@ -78,6 +79,7 @@ class AsioBackend final : public Backend {
   /// (and counts nothing) when that source already has its share.
   bool admitUnauthenticated(const std::string& source);
   std::size_t unauthenticated();
+  std::string peerAddress(Rank peer) const;
 
   Kind kind_;
   AsioOptions options_;
@@ -86,14 +88,14 @@ class AsioBackend final : public Backend {
   Strand acceptStrand_;
   Acceptor acceptor_;
   std::string address_;
-  std::vector<std::string> peers_;
   TransportCallbacks callbacks_;
   bool started_ = false;
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> suspensionEnded_{0};  // steady_clock ticks
   std::atomic<std::int64_t> suspensionMs_{0};
 
-  std::mutex mutex_;  // guards sendLinks_, lost_, lastWords_, links_
+  mutable std::mutex mutex_;  // guards peers_, sendLinks_, lost_, lastWords_, links_
+  std::vector<std::string> peers_;  // by rank: where each listens ("" until it joins)
   std::vector<std::shared_ptr<Link>> sendLinks_;  // by peer rank
   std::vector<bool> lost_;
   std::vector<std::string> lastWords_;  // by peer rank: what its departing notice said

@@ -240,7 +240,7 @@ TEST(Slice, DecodingAnInvalidSliceIsAProtocolError) {
   EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1, 1}, {}})), ProtocolError);
   EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {0}, {1}, {}})), ProtocolError);
   // Chosen ranks that do not increase, or too few for the positions.
-  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1}, {5, 3}})), ProtocolError);
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1}, {5, 5}})), ProtocolError);
   EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {3}, {1}, {1, 2}})), ProtocolError);
 }
 
@@ -471,6 +471,34 @@ TEST(SliceOfRanks, TravelsWithItsRanksAndRefusesABadList) {
   EXPECT_THROW(Slice::ofRanks({}), ConfigError);
   EXPECT_THROW(Slice::ofRanks({3, 3}), ConfigError);
   EXPECT_THROW(Slice::ofRanks({4, 1}), ConfigError);
+}
+
+// A mesh whose lost ranks were respawned keeps its shape: each replaced
+// position stands for the new rank, and the slice travels as it is.
+TEST(SliceReplacing, ReplacedPositionsStandForTheNewRanks) {
+  Slice grid = Slice::rowMajor({2, 3});
+  Slice mended = grid.replacing({{1, 6}, {5, 7}});
+  EXPECT_EQ(mended.sizes(), grid.sizes());
+  EXPECT_EQ(mended.ranks(), (Sizes{0, 6, 2, 3, 4, 7}));
+  EXPECT_EQ(mended.location({0, 1}), 6u);
+  EXPECT_EQ(mended.coordinates(7), (Sizes{1, 2}));
+  EXPECT_EQ(mended.indexOf(6), 1u);
+  EXPECT_FALSE(mended.contains(1));
+  EXPECT_EQ(mended.at(0, 1).ranks(), (Sizes{3, 4, 7}));
+  Slice back = wire::fromBytes<Slice>(wire::toBytes(mended));
+  EXPECT_EQ(back, mended);
+  EXPECT_EQ(back.ranks(), mended.ranks());
+  // A strided slice of survivors is replaced in place too.
+  Slice odd = Slice::ofRanks({1, 3, 4, 8}).select(0, 1, kEnd, 2);  // ranks 3, 8
+  EXPECT_EQ(odd.replacing({{8, 9}}).ranks(), (Sizes{3, 9}));
+}
+
+TEST(SliceReplacing, RefusesARankOutsideOrOneAlreadyThere) {
+  Slice line = Slice::rowMajor({4});
+  EXPECT_THROW(line.replacing({{5, 9}}), ConfigError);  // 5 is not in the slice
+  EXPECT_THROW(line.replacing({{1, 2}}), ConfigError);  // 2 is there already
+  EXPECT_THROW(line.select(0, 0, 2).replacing({{3, 9}}), ConfigError);
+  EXPECT_EQ(line.replacing({}).ranks(), line.ranks());
 }
 
 }  // namespace

@@ -120,6 +120,42 @@ TEST(AsioFabric, PicksUnixOnTheSameHostAndTcpAcrossHosts) {
   }
 }
 
+// A replacement for a lost rank joins under a spare slot: frames to the slot
+// are refused (and nobody is lost) until the rank is admitted, then reach
+// it; it reaches the others, who accept it, admitted or not.
+TEST(AsioFabric, ARankThatJoinsLaterIsReachedOnceAdmitted) {
+  Secret secret = randomSecret();
+  auto withSlots = [&](Rank rank) {
+    AsioOptions options = optionsFor(rank, secret, 1000ms);
+    options.size = 3;
+    return options;
+  };
+  Node a(makeAsioTransport(withSlots(0))), b(makeAsioTransport(withSlots(1)));
+  std::vector<std::string> launched{a.transport->address(), b.transport->address(), ""};
+  a.transport->start(launched, a.callbacks());
+  b.transport->start(launched, b.callbacks());
+  a.send(2, "too early");
+  ASSERT_TRUE(a.waitFor([&] { return a.failed.size() == 1; }));
+  EXPECT_EQ(a.failures[0].kind, LinkError::Kind::kRefused);
+
+  Node c(makeAsioTransport(withSlots(2)));
+  std::vector<std::string> all{a.transport->address(), b.transport->address(),
+                               c.transport->address()};
+  c.transport->start(all, c.callbacks());
+  a.transport->admit(2, c.transport->address());
+  a.send(2, "welcome");
+  ASSERT_TRUE(c.waitFor([&] { return c.received.size() == 1; }));
+  EXPECT_EQ(c.received[0].payload, "welcome");
+  c.send(1, "hello from the new rank");  // b has not admitted it: it still accepts it
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  EXPECT_EQ(b.received[0].from, 2u);
+  EXPECT_TRUE(a.lost.empty());
+
+  EXPECT_THROW(a.transport->admit(0, c.transport->address()), ConfigError);  // itself
+  EXPECT_THROW(a.transport->admit(3, c.transport->address()), ConfigError);  // no such slot
+  EXPECT_THROW(a.transport->admit(2, encodeAddresses({{"smoke", "signal"}})), ConfigError);
+}
+
 TEST(AsioFabric, AGarbledAddressIsAProtocolError) {
   EXPECT_THROW(decodeAddresses("\x05"), ProtocolError);
   EXPECT_THROW(decodeAddresses(encodeAddresses({{"tcp", "1.2.3.4:5"}}) + "x"), ProtocolError);
