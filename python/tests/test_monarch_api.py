@@ -272,7 +272,7 @@ def test_a_replaced_shape_keeps_its_dimensions():
     # crown's seam for respawned ranks: positions stand for new rank numbers.
     mended = Shape([("hosts", 2), ("procs", 2)]).replacing({1: 6})
     assert mended.ranks() == [0, 6, 2, 3] and mended.sizes == [("hosts", 2), ("procs", 2)]
-    assert mended.chosen and mended.coordinates(6) == [0, 1]
+    assert mended.chosen and mended.coordinates(6) == {"hosts": 0, "procs": 1}
     assert pickle.loads(pickle.dumps(mended)) == mended
     with pytest.raises(ValueError, match="not in slice"):
         mended.replacing({1: 7})
