@@ -18,13 +18,12 @@ void Router::route(transport::OutMessage message) {
     deliver(std::move(message.envelope), std::move(message.payload).join(), false);
     return;
   }
-  if (to >= size_ || !requests_.exists(to)) {
+  if (to >= size_) {
     if (message.envelope.kind == MessageKind::kRequest) {
       requests_.fail(message.envelope.requestId,
-                     std::make_exception_ptr(ConfigError(
-                         "rank " + std::to_string(to) + " does not exist (" +
-                         (to >= size_ ? "size " + std::to_string(size_) : "a vacant slot") +
-                         ")")));
+                     std::make_exception_ptr(ConfigError("rank " + std::to_string(to) +
+                                                         " does not exist (size " +
+                                                         std::to_string(size_) + ")")));
     }
     return;
   }

@@ -165,8 +165,7 @@ Slice Slice::over(std::vector<std::size_t> members) const {
                         detail::listString(members));
     }
   }
-  std::size_t largest = offset_;  // the largest position: offset + span (nested)
-  for (std::size_t d = 0; d < sizes_.size(); ++d) largest += (sizes_[d] - 1) * strides_[d];
+  std::size_t largest = largestPosition();
   if (largest >= members.size()) {
     throw ConfigError("slice " + toString() + " reaches position " + std::to_string(largest) +
                       " of a list of " + std::to_string(members.size()) + " ranks");
@@ -179,17 +178,16 @@ Slice Slice::over(std::vector<std::size_t> members) const {
 
 Slice Slice::replacing(
     const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const {
-  std::size_t largest = offset_;
-  for (std::size_t d = 0; d < sizes_.size(); ++d) largest += (sizes_[d] - 1) * strides_[d];
-  std::vector<std::size_t> members(largest + 1);
-  for (std::size_t position = 0; position <= largest; ++position) members[position] = rankOf(position);
+  std::vector<std::size_t> members(largestPosition() + 1);
+  for (std::size_t position = 0; position < members.size(); ++position) {
+    members[position] = rankOf(position);
+  }
   for (const auto& [old, replacement] : replacements) {
-    auto position = positionOf(old);
-    if (!findCoordinates(old) || !position) {
+    if (!findCoordinates(old)) {
       throw ConfigError("rank " + std::to_string(old) + " is not in slice " + toString() +
                         ": it cannot be replaced");
     }
-    members[*position] = replacement;
+    members[*positionOf(old)] = replacement;
   }
   return over(std::move(members));  // checks that no new rank was there already
 }
@@ -197,6 +195,12 @@ Slice Slice::replacing(
 Slice Slice::inherit(Slice derived) const {
   derived.members_ = members_;
   return derived;
+}
+
+std::size_t Slice::largestPosition() const {
+  std::size_t largest = offset_;  // offset + span: no overflow (checked in the constructor)
+  for (std::size_t d = 0; d < sizes_.size(); ++d) largest += (sizes_[d] - 1) * strides_[d];
+  return largest;
 }
 
 std::optional<std::size_t> Slice::positionOf(std::size_t rank) const {

@@ -150,6 +150,8 @@ class Slice {
 
  private:
   std::optional<std::vector<std::size_t>> findCoordinates(std::size_t rank) const;
+  /// offset + span: the last position this slice reaches.
+  std::size_t largestPosition() const;
   /// The position that stands for `rank` (itself without members).
   std::optional<std::size_t> positionOf(std::size_t rank) const;
   /// This slice's positions over `members`: throws ConfigError unless they
