@@ -1,6 +1,7 @@
 """fault_tolerant_training: data-parallel training that survives a lost rank.
 
     mpirun --enable-recovery -n 4 python3 examples/python/fault_tolerant_training.py
+    mpirun --enable-recovery -n 4 python3 examples/python/fault_tolerant_training.py --respawn
 
 It needs mpirun's --enable-recovery (or OMPI_MCA_orte_enable_recovery=1 in
 the environment; crownrun passes it): without it, mpirun ends every rank
@@ -14,10 +15,14 @@ KILL_STEP rank VICTIM's process SIGKILLs itself (a node lost, in
 miniature). That step's call raises SupervisionError; the controller goes on
 with trainers.survivors(), the mesh of the ranks still alive, which
 re-shard the data among themselves; it runs the step again and goes on.
+With --respawn it replaces the lost rank instead (ProcMesh.respawn_lost(),
+a new process started by MPI_Comm_spawn), spawns trainers on the mesh at
+full size again, and the data is sharded over four ranks as before.
 The loss keeps falling.
 """
 import os
 import signal
+import sys
 
 import torch
 
@@ -62,8 +67,9 @@ class Trainer(Actor):
         return loss.item(), [p.grad for p in self.model.parameters()]
 
 
-def main():
-    trainers = crown.world_flat().spawn("trainer", Trainer, VICTIM)
+def main(respawn):
+    procs = crown.world_flat()
+    trainers = procs.spawn("trainer", Trainer, VICTIM)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
     print(f"training on {len(trainers)} ranks; rank {VICTIM} dies at step {KILL_STEP}")
@@ -75,10 +81,17 @@ def main():
             replies = trainers.gradients.call(model.state_dict(), step, ranks).get(timeout=60)
         except SupervisionError as e:
             before_loss = loss
-            trainers = trainers.survivors()
-            print(f"step {step}: lost rank {e.rank} ({e.host}): carrying on with "
-                  f"{len(trainers)} ranks {trainers.shape.ranks()}, the data re-sharded among them")
-            continue  # the same step again, on the survivors
+            if respawn:
+                procs = procs.respawn_lost()  # the weights travel with each step's call
+                trainers = procs.spawn("trainer-respawned", Trainer, VICTIM)
+                print(f"step {step}: lost rank {e.rank} ({e.host}): replaced, carrying on "
+                      f"with {len(trainers)} ranks {trainers.shape.ranks()}")
+            else:
+                trainers = trainers.survivors()
+                print(f"step {step}: lost rank {e.rank} ({e.host}): carrying on with "
+                      f"{len(trainers)} ranks {trainers.shape.ranks()}, the data re-sharded "
+                      "among them")
+            continue  # the same step again, on the survivors or the replaced mesh
         results = replies.values()
         for param, grads in zip(model.parameters(), zip(*(g for _, g in results))):
             param.grad = torch.stack(grads).mean(dim=0)  # the all-reduce, on the controller
@@ -92,4 +105,4 @@ def main():
         print("the loss kept falling after the failure")
 
 
-crown.run(main)
+crown.run(main, "--respawn" in sys.argv[1:])

@@ -548,6 +548,22 @@ class ProcMesh(_Sliceable):
     def _with(self, shape):
         return ProcMesh(shape, self._stopped)
 
+    def respawn_lost(self) -> "ProcMesh":
+        """The same mesh at full size again: each lost rank is replaced by a
+        new process (MPI_Comm_spawn, under mpirun) that takes the lost one's
+        place in every dimension, under a new rank number. Returns itself when
+        none is lost. The replacements hold no actors yet: spawn on the mesh
+        this returns. Raises CrownError where the launcher cannot start
+        processes (srun: carry on with survivors() there), when the spare rank
+        slots are spent (CROWN_SPARE_RANKS, by default the job's size), or
+        when a process cannot start or join in time. Replacements are outside
+        MPI_COMM_WORLD, so MPI collectives and RDMA windows do not reach them."""
+        lost = [rank for rank in self._shape.ranks() if not _crown.alive(rank)]
+        if not lost:
+            return self
+        made = _crown.respawn(lost)
+        return self._with(self._shape.replacing(dict(zip(lost, made))))
+
     def stop(self) -> Future:
         """Stops every actor mesh that this owner (the controller, or the actor
         whose endpoint runs this) spawned on these procs, each as

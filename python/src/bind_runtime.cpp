@@ -102,9 +102,15 @@ void bindRuntime(py::module_& m) {
   m.def("rank", [] { return Runtime::current().topology().rank; });
   m.def("size", [] { return Runtime::current().topology().size; });
   m.def("host", [] {
-    const auto& topology = Runtime::current().topology();
-    return topology.hostNames[topology.rank];
+    Runtime& runtime = Runtime::current();
+    return runtime.proc().host(runtime.topology().rank);  // a replacement's too (respawn)
   });
+  m.def(
+      "respawn",
+      [](const std::vector<Rank>& lost) { return Runtime::current().respawn(lost); },
+      py::call_guard<py::gil_scoped_release>(),
+      "On the controller: replaces the lost ranks with new processes (MPI_Comm_spawn) and "
+      "returns their ranks, in the same order.");
   m.def(
       "log",
       [](const std::string& level, const std::string& message) {

@@ -1,5 +1,7 @@
 #include "bootstrap/lifecycle.h"
 
+#include <algorithm>
+
 #include "crown/actor/actor.h"
 #include "crown/actor/agent.h"
 #include "crown/common/env.h"
@@ -17,10 +19,29 @@ class ShutdownAgent : public Actor {
     handle<RankLost>([&proc](const RankLost& lost) {
       if (lost.rank != proc.rank()) proc.declareLost(lost.rank, "the controller lost it: " + lost.reason);
     });
+    handle<RankJoined>([&proc](const RankJoined& joined) {
+      proc.admitRank(joined.rank, joined.host, joined.address);
+    });
   }
 };
 
 }  // namespace
+
+void awaitAcks(std::vector<Future<void>>& acks, std::chrono::milliseconds bound,
+               const std::string& whom) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  for (auto& ack : acks) {
+    try {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      ack.get(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const ProcessLost&) {
+      // gone already: nothing to tell it
+    } catch (const std::exception& e) {
+      log::get().warn("a worker did not acknowledge {}: {}", whom, e.what());
+    }
+  }
+}
 
 Proc::ModuleFactory Lifecycle::factory(std::shared_ptr<MpiService> mpi) {
   auto timeout = env::millis("CROWN_CONTROLLER_TIMEOUT_MS", std::chrono::milliseconds(30000),

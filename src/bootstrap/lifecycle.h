@@ -15,7 +15,8 @@
 //
 // The controller passes every loss it sees on to the other ranks
 // (RankLost), so that each fails what waits on the lost rank, MPI
-// operations included, even without a link of its own to it. Thread-safe.
+// operations included, even without a link of its own to it; and every
+// replacement that joins (RankJoined), which each rank admits. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -24,7 +25,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "crown/actor/module.h"
 #include "crown/actor/mpi_service.h"
@@ -53,6 +56,25 @@ struct RankLost {
     archive& rank& reason;
   }
 };
+
+/// The controller's word to every other rank that a replacement for a lost
+/// rank joined in slot `rank` (Runtime::respawn): each admits it
+/// (Proc::admitRank) before the controller sends it work through them.
+struct RankJoined {
+  Rank rank = 0;
+  std::string host;
+  std::string address;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& rank& host& address;
+  }
+};
+
+/// Waits for the acknowledgements of a controller's word to the ranks,
+/// until `bound` from now in all: a rank lost meanwhile needs none, and any
+/// other failure is logged as `whom` not acknowledging.
+void awaitAcks(std::vector<Future<void>>& acks, std::chrono::milliseconds bound,
+               const std::string& whom);
 
 class Lifecycle : public Proc::Module {
  public:
@@ -105,3 +127,4 @@ class Lifecycle : public Proc::Module {
 
 CROWN_MESSAGE(crown::detail::Shutdown, "crown::Shutdown");
 CROWN_MESSAGE(crown::detail::RankLost, "crown::RankLost");
+CROWN_MESSAGE(crown::detail::RankJoined, "crown::RankJoined");

@@ -257,6 +257,12 @@ void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts) {
   });
 }
 
+void MpiService::adoptNoWorld(std::vector<std::string> hosts) {
+  std::lock_guard lock(mutex_);
+  outsideWorld_ = true;
+  hosts_ = std::move(hosts);
+}
+
 Comm MpiService::commOver(const std::vector<std::size_t>& sizes,
                           const std::vector<std::size_t>& dims, std::uint32_t instance) {
   auto key = std::make_tuple(sizes, dims, instance);
@@ -351,7 +357,11 @@ Comm MpiService::commOfRanks(const std::vector<Rank>& members, std::uint32_t ins
         std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
       throw ConfigError("commOfRanks: " + std::to_string(members.size()) +
                         " members, some repeated or not ranks of a world of " +
-                        std::to_string(world.members.size()));
+                        std::to_string(world.members.size()) +
+                        (!members.empty() && sorted.back() >= world.members.size()
+                             ? " (a replacement started by respawn_lost is outside "
+                               "MPI_COMM_WORLD: MPI collectives do not reach it)"
+                             : ""));
     }
   }
   auto self = std::find(members.begin(), members.end(), worldRank);
@@ -394,6 +404,10 @@ Comm MpiService::commOfRanks(const std::vector<Rank>& members, std::uint32_t ins
 
 const MpiService::CommInfo& MpiService::info(Comm comm) const {
   if (comm.id() >= comms_.size()) {
+    if (outsideWorld_) {
+      throw ConfigError("this rank replaced a lost one (respawn_lost): it is outside the job's "
+                        "MPI_COMM_WORLD, so no MPI communicator reaches it");
+    }
     throw ConfigError(comms_.empty() ? "the MPI service has no communicators (before bootstrap, "
                                        "or after MPI_Finalize)"
                                      : "unknown communicator " + std::to_string(comm.id()));

@@ -39,6 +39,10 @@ class MpiService final : public crown::MpiService {
   /// After bootstrap, on the service thread: `world` becomes Comm::world()
   /// (the service does not own it) and `hosts` name the ranks in ProcessLost.
   void adoptWorld(MPI_Comm world, std::vector<std::string> hosts);
+  /// In a replacement for a lost rank (respawn.h), instead of adoptWorld:
+  /// it is outside the job's MPI_COMM_WORLD, so there is no world, and an
+  /// operation says so; `hosts` name the ranks in ProcessLost.
+  void adoptNoWorld(std::vector<std::string> hosts);
   /// Fails what is still pending, frees the communicators made by commOver,
   /// then runs `step` (MPI_Finalize) on the service thread; later operations
   /// fail at once. Rethrows what `step` throws.
@@ -149,6 +153,7 @@ class MpiService final : public crown::MpiService {
   std::vector<std::string> hosts_;
   std::uint64_t nextId_ = 1;
   bool finalized_ = false;
+  bool outsideWorld_ = false;  // adoptNoWorld
   bool stopping_ = false;
   std::atomic<std::uint64_t> splits_{0}, completed_{0}, failed_{0};
   std::atomic<std::size_t> draining_{0};

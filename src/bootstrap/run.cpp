@@ -21,18 +21,7 @@ void shutDownWorkers(Proc& proc, int code) {
   for (Rank r = 1; r < proc.size(); ++r) {
     if (proc.alive(r)) acks.push_back(proc.request<void>({r, lifecycle.agentId()}, shutdown));
   }
-  auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s);
-  for (auto& ack : acks) {
-    try {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      ack.get(std::max(left, std::chrono::milliseconds(1)));
-    } catch (const ProcessLost&) {
-      // gone already: nothing to shut down
-    } catch (const std::exception& e) {
-      log::get().warn("a worker did not acknowledge shutdown: {}", e.what());
-    }
-  }
+  detail::awaitAcks(acks, env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s), "shutdown");
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "bootstrap/departure.h"
 #include "bootstrap/lifecycle.h"
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
+#include "bootstrap/respawn.h"
 #include "crown/actor/agent.h"
 #include "crown/actor/mpi_service.h"
 #include "crown/common/env.h"
@@ -96,6 +98,18 @@ transport::Secret shareSecret(MPI_Comm comm, Rank rank) {
   return secret;
 }
 
+// Step 2b: rank slots, those of the launch and spares for replacements of
+// lost ranks (Runtime::respawn), as rank 0 reads CROWN_SPARE_RANKS.
+Rank shareSlots(MPI_Comm comm, const Topology& topo) {
+  std::uint32_t spares = 0;
+  if (topo.rank == 0) {
+    spares = static_cast<std::uint32_t>(
+        env::integer("CROWN_SPARE_RANKS", topo.size, 0, std::int64_t{1} << 20));
+  }
+  CROWN_CHECK_MPI(MPI_Bcast(&spares, 1, MPI_UINT32_T, 0, comm));
+  return topo.size + spares;
+}
+
 // Step 3: listen, and say where (or why not) in this rank's record.
 std::unique_ptr<transport::Transport> listen(const Topology& topo, const transport::Secret& secret,
                                              std::shared_ptr<transport::IoPool> pool,
@@ -103,7 +117,7 @@ std::unique_ptr<transport::Transport> listen(const Topology& topo, const transpo
   try {
     transport::AsioOptions options;
     options.rank = topo.rank;
-    options.size = topo.size;
+    options.size = topo.slots;
     options.host = mine.host;
     options.bindAddress = transport::chooseListenAddress();
     options.secret = secret;
@@ -139,11 +153,24 @@ std::string processorName() {
   return host;
 }
 
+// hostIndexOf and hostCount from hostNames, and the index of `mine` (which
+// a replacement's host may add).
+void indexHosts(Topology& topo, const std::string& mine) {
+  std::map<std::string, int> hostIndex;
+  topo.hostIndexOf.clear();
+  for (const std::string& host : topo.hostNames) {
+    auto [it, added] = hostIndex.emplace(host, static_cast<int>(hostIndex.size()));
+    topo.hostIndexOf.push_back(it->second);
+  }
+  topo.hostCount = static_cast<int>(hostIndex.size());
+  auto it = hostIndex.find(mine);
+  topo.hostIndex = it != hostIndex.end() ? it->second : topo.hostCount;
+}
+
 // Step 4 (after MPI_Allgather): host names and indices into the topology,
 // every rank's address, and the failures of those that could not listen.
 std::vector<std::string> readRecords(const std::vector<RankRecord>& records, Topology& topo,
                                      std::string& failures) {
-  std::map<std::string, int> hostIndex;
   std::vector<std::string> peers;
   for (Rank r = 0; r < topo.size; ++r) {
     const RankRecord& record = records[r];
@@ -151,13 +178,11 @@ std::vector<std::string> readRecords(const std::vector<RankRecord>& records, Top
       failures += "\n  rank " + std::to_string(r) + " (" + record.host + "): " + record.error;
     }
     topo.hostNames.emplace_back(record.host);
-    auto [it, added] = hostIndex.emplace(record.host, static_cast<int>(hostIndex.size()));
-    topo.hostIndexOf.push_back(it->second);
     peers.emplace_back(record.address, std::min<std::size_t>(record.addressBytes,
                                                              sizeof record.address));
   }
-  topo.hostIndex = topo.hostIndexOf[topo.rank];
-  topo.hostCount = static_cast<int>(hostIndex.size());
+  indexHosts(topo, topo.hostNames[topo.rank]);
+  peers.resize(topo.slots);  // spare slots: vacant until a replacement joins
   return peers;
 }
 
@@ -182,6 +207,37 @@ std::string pingEveryRank(Proc& proc, const Topology& topo) {
     }
   }
   return verdict;
+}
+
+// A replacement's steps 2 to 4 (respawn.h), on the MPI service thread: the
+// controller's offer in place of the collective exchange; it listens in its
+// slot and answers where. Returns the offer with this rank's own host and
+// address filled in; `error` says why it could not listen.
+detail::JoinOffer answerOffer(MPI_Comm parent, Topology& topo,
+                              const std::shared_ptr<transport::IoPool>& pool,
+                              std::unique_ptr<transport::Transport>& fabric, std::string& error) {
+  detail::JoinOffer offer = detail::receiveOffer(parent);
+  transport::Secret secret{};
+  if (offer.rank >= offer.slots || offer.launched > offer.slots ||
+      offer.hosts.size() != offer.slots || offer.addresses.size() != offer.slots ||
+      offer.secret.size() != secret.size()) {
+    throw ProtocolError("the controller's offer to join as a replacement is malformed");
+  }
+  std::memcpy(secret.data(), offer.secret.data(), secret.size());
+  topo.rank = offer.rank;
+  topo.size = offer.launched;
+  topo.slots = offer.slots;
+  log::setRank(topo.rank);
+  topo.hostNames.assign(offer.hosts.begin(), offer.hosts.begin() + offer.launched);
+  RankRecord mine{};
+  copyText(mine.host, sizeof mine.host, processorName());
+  indexHosts(topo, mine.host);
+  fabric = listen(topo, secret, pool, mine);
+  offer.hosts[topo.rank] = mine.host;
+  offer.addresses[topo.rank].assign(mine.address, mine.addressBytes);
+  error = mine.error;
+  detail::sendAnswer(parent, {mine.host, offer.addresses[topo.rank], error});
+  return offer;
 }
 
 void broadcastText(std::string& text, MPI_Comm comm) {
@@ -233,19 +289,29 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   raiseOpenFileLimit();
   static Runtime self;
   Topology& topo = self.topology_;
-  auto pool = std::make_shared<transport::IoPool>();
+  self.pool_ = std::make_shared<transport::IoPool>();
+  const auto& pool = self.pool_;
   std::unique_ptr<transport::Transport> fabric;
   std::vector<RankRecord> records;
+  std::optional<detail::JoinOffer> offer;  // this process replaces a lost rank
+  std::string joinError;
   self.onMpiThread([&] {
     self.mpi_->ownsMpi = startMpi(argc, argv, self.mpi_->comm, topo);
-    transport::Secret secret = shareSecret(self.mpi_->comm, topo.rank);
+    if (MPI_Comm parent = detail::spawnParent(); parent != MPI_COMM_NULL) {
+      offer = answerOffer(parent, topo, pool, fabric, joinError);
+      return;
+    }
+    self.secret_ = shareSecret(self.mpi_->comm, topo.rank);
+    topo.slots = shareSlots(self.mpi_->comm, topo);
     RankRecord mine{};
     copyText(mine.host, sizeof mine.host, processorName());
-    fabric = listen(topo, secret, pool, mine);
+    fabric = listen(topo, self.secret_, pool, mine);
     records.resize(topo.size);
     CROWN_CHECK_MPI(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, records.data(), sizeof mine,
                                   MPI_BYTE, self.mpi_->comm));
   });
+  if (offer) return self.joinAsReplacement(*offer, std::move(fabric), joinError);
+
   std::string failures;
   std::vector<std::string> peers = readRecords(records, topo, failures);
   if (!failures.empty()) failBootstrap(self, failures);
@@ -254,32 +320,139 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   self.mpi_->service->adoptWorld(self.mpi_->comm, topo.hostNames);
   // The RDMA window, collectively, while every rank is still in step.
   self.mpi_->service->openWindow(env::integer("CROWN_RDMA_WINDOW", 1, 0, 1) != 0);
-
-  // The modules of every rank's Proc, in the same order on every rank.
-  Proc::Options procOptions{topo.rank,
-                            topo.size,
-                            std::make_shared<const std::vector<std::string>>(topo.hostNames),
-                            pool,
-                            /*stopsPool=*/true,
-                            {detail::Lifecycle::factory(self.mpi_->service), mesh::meshModule(),
-                             rdma::rdmaModule(pool), supervision::supervisionModule()},
-                            self.mpi_->service,
-                            /*launched=*/0,
-                            /*lostBefore=*/{}};
-  transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as self
-  self.proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
-  g_runtime = &self;
-  auto& lifecycle = detail::Lifecycle::of(*self.proc_);
-  detail::installLastWords(links, [&lifecycle] { return lifecycle.shuttingDown(); });
+  if (topo.rank == 0) {  // for the offers of respawn
+    self.slotAddresses_ = peers;
+    self.nextSlot_ = topo.size;
+  }
+  self.startProc(std::make_shared<const std::vector<std::string>>(topo.hostNames), {},
+                 std::move(fabric), std::move(peers));
 
   std::string verdict = topo.rank == 0 ? pingEveryRank(*self.proc_, topo) : "";
   self.onMpiThread([&] { broadcastText(verdict, self.mpi_->comm); });
   if (!verdict.empty()) failBootstrap(self, verdict);
   std::string listening;
   for (const auto& [backend, address] : self.addresses_) listening += " " + backend;
-  log::get().debug("bootstrap done: rank {} of {}, host {} ({} of {}), listening on{}", topo.rank,
-                   topo.size, topo.hostNames[topo.rank], topo.hostIndex, topo.hostCount, listening);
+  log::get().debug("bootstrap done: rank {} of {} ({} slots), host {} ({} of {}), listening on{}",
+                   topo.rank, topo.size, topo.slots, topo.hostNames[topo.rank], topo.hostIndex,
+                   topo.hostCount, listening);
   return self;
+}
+
+// The modules of every rank's Proc, in the same order on every rank.
+void Runtime::startProc(std::shared_ptr<const std::vector<std::string>> hosts,
+                        std::vector<Rank> lostBefore,
+                        std::unique_ptr<transport::Transport> fabric,
+                        std::vector<std::string> peers) {
+  Proc::Options procOptions{topology_.rank,
+                            topology_.slots,
+                            std::move(hosts),
+                            pool_,
+                            /*stopsPool=*/true,
+                            {detail::Lifecycle::factory(mpi_->service), mesh::meshModule(),
+                             rdma::rdmaModule(pool_), supervision::supervisionModule()},
+                            mpi_->service,
+                            /*launched=*/topology_.size,
+                            std::move(lostBefore)};
+  transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as this
+  proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
+  g_runtime = this;
+  auto& lifecycle = detail::Lifecycle::of(*proc_);
+  detail::installLastWords(links, [&lifecycle] { return lifecycle.shuttingDown(); });
+}
+
+// A replacement's bootstrap, once it listens and has answered the
+// controller: no MPI_COMM_WORLD of the job's to adopt (nor RDMA window),
+// and no ping round, since the controller admits it only after this.
+Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
+                                    std::unique_ptr<transport::Transport> fabric,
+                                    const std::string& error) {
+  Topology& topo = topology_;
+  if (!error.empty()) {
+    failBootstrap(*this, "\n  rank " + std::to_string(topo.rank) +
+                             ", a replacement for a lost rank, cannot listen: " + error);
+  }
+  std::string mine = offer.addresses[topo.rank];
+  addresses_ = transport::decodeAddresses(mine);
+  auto hosts = std::make_shared<std::vector<std::string>>(offer.hosts.begin(),
+                                                          offer.hosts.begin() + topo.size);
+  hosts->resize(topo.slots);
+  (*hosts)[topo.rank] = offer.hosts[topo.rank];
+  mpi_->service->adoptNoWorld(*hosts);
+  // Launched ranks' addresses as they were (lost ones are marked so); the
+  // replacements admitted after start, as every other rank admitted them.
+  std::vector<std::string> peers(offer.addresses.begin(), offer.addresses.begin() + topo.size);
+  peers.resize(topo.slots);
+  peers[topo.rank] = mine;
+  startProc(std::move(hosts), offer.lost, std::move(fabric), std::move(peers));
+  for (Rank joined : offer.joined) {
+    proc_->admitRank(joined, offer.hosts[joined], offer.addresses[joined]);
+  }
+  log::get().debug("joined as rank {} of {} slots on {}, replacing a lost rank", topo.rank,
+                   topo.slots, offer.hosts[topo.rank]);
+  return *this;
+}
+
+std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
+  if (topology_.rank != 0) throw ConfigError("respawn: only the controller (rank 0) starts ranks");
+  std::lock_guard lock(respawnMutex_);
+  std::string refusal = detail::spawnRefusal();
+  if (!refusal.empty()) throw Error("cannot replace lost ranks: " + refusal);
+  Proc& proc = *proc_;
+  auto joinedOnce = [this](Rank rank) {  // launched, or a replacement: not a vacant slot
+    return rank < topology_.size || std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
+  };
+  for (Rank rank : lost) {
+    if (!joinedOnce(rank) || proc.alive(rank)) {
+      throw ConfigError("respawn: rank " + std::to_string(rank) + " is not a lost rank");
+    }
+  }
+  Rank spare = topology_.slots - nextSlot_;
+  if (lost.size() > spare) {
+    throw Error("respawn: " + std::to_string(lost.size()) + " lost ranks, but only " +
+                      std::to_string(spare) +
+                      " spare rank slots are left (CROWN_SPARE_RANKS sets how many a job "
+                      "has; by default as many as it launched)");
+  }
+  auto timeout = env::millis("CROWN_RESPAWN_TIMEOUT_MS", 60s);
+  auto& lifecycle = detail::Lifecycle::of(proc);
+  std::vector<Rank> made;
+  for (Rank old : lost) {
+    Rank slot = nextSlot_++;  // spent even on failure: a process may have started in it
+    detail::JoinOffer offer{std::string(secret_.begin(), secret_.end()), slot, topology_.slots,
+                            topology_.size, {}, slotAddresses_, {}, {}};
+    for (Rank r = 0; r < topology_.slots; ++r) {
+      offer.hosts.push_back(proc.host(r));
+      if (joinedOnce(r) && !proc.alive(r)) offer.lost.push_back(r);
+    }
+    for (Rank r : joined_) {
+      if (proc.alive(r)) offer.joined.push_back(r);
+    }
+    detail::JoinAnswer answer;
+    auto started = std::chrono::steady_clock::now();
+    onMpiThread([&] { answer = detail::spawnReplacement(offer, proc.host(old), timeout); });
+    if (!answer.error.empty()) {
+      throw BootstrapError("respawn: the process started to replace rank " + std::to_string(old) +
+                           " cannot join: " + answer.error);
+    }
+    proc.admitRank(slot, answer.host, answer.address);
+    slotAddresses_[slot] = answer.address;
+    joined_.push_back(slot);
+    // Every other live rank admits it before anything is sent to it through them.
+    std::vector<Future<void>> acks;
+    for (Rank r = 1; r < topology_.slots; ++r) {
+      if (r != slot && proc.alive(r)) {
+        acks.push_back(proc.request<void>({r, lifecycle.agentId()},
+                                          detail::RankJoined{slot, answer.host, answer.address}));
+      }
+    }
+    detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "the new rank");
+    log::get().info("rank {} (on {}) replaces lost rank {}, in {} ms", slot, answer.host, old,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - started)
+                        .count());
+    made.push_back(slot);
+  }
+  return made;
 }
 
 bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }

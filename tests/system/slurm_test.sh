@@ -108,6 +108,13 @@ submit python "python3 examples/python/counter.py" || fail "the Python job faile
 cat "$work/python.out"
 grep -q "total: " "$work/python.out" || fail "no result in the Python job's output"
 
+echo "== respawn under srun: refused, saying why and what to do instead"
+submit respawn "python3 python/tests/respawn_refused.py" || fail "the respawn job failed: $(cat "$work/respawn.out")"
+cat "$work/respawn.out"
+grep -q "refused: CrownError: cannot replace lost ranks: this job was started by srun" "$work/respawn.out" ||
+  fail "respawn under srun was not refused with the reason"
+grep -q "still serving: " "$work/respawn.out" || fail "the job did not go on after the refusal"
+
 echo "== a job whose controller fails"
 if submit failing "$build_dir/tests/mpi/mpi_controller_fails"; then fail "a failing job succeeded"; fi
 job=$(head -1 "$work/failing.id")

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,15 +19,23 @@
 
 namespace crown {
 
+namespace detail {
+struct JoinOffer;  // bootstrap/respawn.h
+}
+namespace transport {
+class IoPool;  // crown/transport/io_pool.h
+}
+
 struct Topology {
   Rank rank = 0;
-  Rank size = 1;
+  Rank size = 1;   ///< ranks of the launch (MPI_COMM_WORLD)
+  Rank slots = 1;  ///< rank numbers of the fabric: the launch's, then spares for replacements
   int hostIndex = 0;  ///< index of this rank's host, in order of first appearance by rank
   int hostCount = 1;
   int localRank = 0;  ///< rank among the processes of this host
   int localSize = 1;
-  std::vector<std::string> hostNames;  ///< host name of every rank
-  std::vector<int> hostIndexOf;        ///< host index of every rank
+  std::vector<std::string> hostNames;  ///< host name of every rank of the launch
+  std::vector<int> hostIndexOf;        ///< host index of every rank of the launch
 };
 
 class Runtime {
@@ -51,6 +60,17 @@ class Runtime {
   /// then its owner finalises it, at its own exit.
   bool ownsMpi() const;
 
+  /// On the controller: starts one process per rank of `lost` (ranks lost
+  /// by now) with MPI_Comm_spawn, each joining the fabric in a spare slot
+  /// (CROWN_SPARE_RANKS; respawn.h), and returns their new ranks in the same
+  /// order once every live rank has admitted them. Throws ConfigError when a
+  /// rank is not lost, Error when the launcher cannot spawn (srun) or the
+  /// spares are spent, and BootstrapError when a process cannot start or join within
+  /// CROWN_RESPAWN_TIMEOUT_MS (default 60000); ranks made before stay joined.
+  /// Replacements are outside MPI_COMM_WORLD: no MPI collective or RDMA
+  /// window reaches them.
+  std::vector<Rank> respawn(const std::vector<Rank>& lost);
+
   /// Runs `fn` on the MPI service thread and waits for it (THR-1).
   void onMpiThread(std::function<void()> fn);
 
@@ -67,12 +87,25 @@ class Runtime {
  private:
   Runtime();
   [[noreturn]] static void failBootstrap(Runtime& self, const std::string& why);
+  void startProc(std::shared_ptr<const std::vector<std::string>> hosts,
+                 std::vector<Rank> lostBefore, std::unique_ptr<transport::Transport> fabric,
+                 std::vector<std::string> peers);
+  Runtime& joinAsReplacement(const detail::JoinOffer& offer,
+                             std::unique_ptr<transport::Transport> fabric,
+                             const std::string& error);
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   Topology topology_;
   transport::Addresses addresses_;
+  std::shared_ptr<transport::IoPool> pool_;
   std::unique_ptr<Proc> proc_;
   std::atomic<bool> finishing_{false};
+  // The controller's, for respawn: what a replacement is offered.
+  std::mutex respawnMutex_;
+  transport::Secret secret_{};
+  std::vector<std::string> slotAddresses_;  // per slot; "" while vacant
+  std::vector<Rank> joined_;                // replacements, in the order they joined
+  Rank nextSlot_ = 0;
 };
 
 }  // namespace crown
