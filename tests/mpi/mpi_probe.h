@@ -276,7 +276,8 @@ class MpiProbe : public Actor {
   // `count` allreduces and `count` ring messages, all posted before any is awaited.
   static std::string flood(int count) {
     MpiService& mpi = Proc::current().mpi();
-    Rank me = Proc::current().rank(), size = Proc::current().size();
+    Rank me = Proc::current().rank();  // Proc::size() counts spare slots too: the world's own
+    auto size = static_cast<Rank>(mpi.commMembers(Comm::world()).size());
     Rank next = (me + 1) % size, prev = (me + size - 1) % size;
     auto n = static_cast<std::size_t>(count);
     std::vector<std::int64_t> sums(n), out(n), in(n, -1);
