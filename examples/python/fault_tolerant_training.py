@@ -67,7 +67,15 @@ class Trainer(Actor):
         return loss.item(), [p.grad for p in self.model.parameters()]
 
 
+def on_fault(failure):
+    """A lost process is a supervision event (as in Monarch): this program
+    handles it where the call raises, so the hook only says so (the default
+    would end the job)."""
+    print(f"fault hook: {failure.report()}", flush=True)
+
+
 def main(respawn):
+    crown.actor.unhandled_fault_hook = on_fault
     procs = crown.world_flat()
     trainers = procs.spawn("trainer", Trainer, VICTIM)
     model = make_model()

@@ -36,6 +36,7 @@ import functools
 import inspect
 import threading
 import traceback
+from typing import Optional
 
 from . import _crown, _pickle
 
@@ -308,7 +309,10 @@ def _run(instance, payload, report):
         if name == SUPERVISE:
             result = supervise(instance, *args)
         elif name == STOP:
-            result = finish(instance, None)
+            failed = finish(instance, None)
+            if failed is not None:  # Monarch: a supervision event; the actor dies of it
+                return FATAL + failed.encode("utf-8", "backslashreplace")
+            result = None
         elif name == PROBE:
             result = None
         elif name == DIE:
@@ -398,19 +402,22 @@ def _message_of(error: BaseException) -> str:
                 f"{type(failure).__qualname__}>")
 
 
-def dying(instance, cause: str) -> None:
+def dying(instance, cause: str) -> Optional[str]:
     """The actor dies of cause (PyActor::dying, on the thread that ran the
-    endpoint that killed it, in its turn): finish() with what it raised."""
+    endpoint that killed it, in its turn): finish() with what it raised.
+    Returns what its __cleanup__ raised, which the cause then includes."""
     error = getattr(_current, "error", None)
     _current.error = None
-    finish(instance, error if error is not None else RuntimeError(cause))
+    return finish(instance, error if error is not None else RuntimeError(cause))
 
 
-def finish(instance, exc) -> None:
+def finish(instance, exc) -> Optional[str]:
     """An actor's last act, once, in its turn: every mesh it spawned stops
     (recursively, so theirs run first), then its ``__cleanup__(exc)`` (plain
     or async) runs; exc is None on a stop, the error it died of otherwise.
-    A cleanup that raises is logged on this rank; the stop goes on."""
+    A cleanup that raises does not stop the stop: the report of what it
+    raised is returned, and the actor dies of it (a supervision event, as in
+    Monarch: chained to the failure being handled when it was dying)."""
     if instance.__dict__.get("_crown_finished"):
         return None
     instance.__dict__["_crown_finished"] = True
@@ -428,9 +435,9 @@ def finish(instance, exc) -> None:
         result = cleanup(exc)
         if inspect.isawaitable(result):
             _complete(instance, result)
-    except BaseException:  # noqa: BLE001 - a failing cleanup must not stop the stop
-        _crown.log("error", f"__cleanup__ of {type(instance).__qualname__} raised:\n"
-                            f"{traceback.format_exc()}")
+    except BaseException as error:  # noqa: BLE001 - a failing cleanup must not stop the stop
+        return (f"__cleanup__ of {type(instance).__qualname__} raised "
+                f"{type(error).__qualname__}: {_message_of(error)}\n{traceback.format_exc()}")
     finally:
         _current.instance = outer
     return None

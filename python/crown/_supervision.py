@@ -3,7 +3,7 @@
 A member dies on its rank when an endpoint with no caller raises (a
 broadcast, a port's send), or when a BaseException such as SystemExit
 escapes any endpoint; it then refuses every message with the cause
-(SupervisionError). The C++ supervision layer tells the rank that spawned
+(SupervisionError). It also dies with its process (rank_lost). The C++ supervision layer tells the rank that spawned
 the mesh, where member_failed() runs: the owner is the actor whose endpoint
 spawned it, which hears through its ``__supervise__`` in its own turn, or
 the controller, whose ``crown.actor.unhandled_fault_hook`` is called. The
@@ -18,7 +18,7 @@ import _thread
 import contextlib
 import sys
 import threading
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Set, Tuple
 
 from . import _crown, _pickle, _runtime
 
@@ -55,6 +55,7 @@ class _Owned(NamedTuple):
 
 
 _owned: Dict[int, _Owned] = {}  # mesh id -> who owns it (meshes spawned on this rank)
+_reported: Set[Tuple[int, int]] = set()  # (mesh id, rank): each member's death is told once
 _lock = threading.Lock()
 unhandled = []  # failures no hook handled on this rank: the job ends non-zero
 
@@ -109,11 +110,26 @@ def stop_owned(owner: Optional[int], ranks=None) -> None:
         ActorMesh(owned.shape, local, owned.cls, owned.name, owned.spawning).stop()
 
 
+def rank_lost(rank: int, host: str, cause: str) -> None:
+    """From the supervision agent of this rank: process `rank` is lost, and
+    its member of every mesh with it. The owner of each such mesh spawned
+    here hears, as of any member's death (Monarch: a process that exits,
+    crashes or misses its heartbeats is a supervision event)."""
+    with _lock:
+        hit = [(local, owned.name) for local, owned in _owned.items()
+               if rank in owned.shape.ranks()]
+    for local, name in hit:
+        member_failed(local, rank, host, name, f"its process was lost: {cause}")
+
+
 def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:
     """From the supervision agent of this rank (python/src/bind_runtime.cpp), one
     report at a time."""
     with _lock:
         owned = _owned.get(mesh)
+        if (mesh, rank) in _reported:
+            return  # it died, and then its process went too: one failure
+        _reported.add((mesh, rank))
     from .actor import ActorMesh
 
     actor_mesh = ActorMesh(owned.shape, mesh, owned.cls, name) if owned else None

@@ -252,6 +252,18 @@ def _check_endpoint_kinds(cls: type) -> None:
             f"{asynchronous}); as in Monarch, an actor's endpoints must be all sync or all "
             f"async, since a sync endpoint that blocks would stall the async ones: make them "
             f"all async def, or split the actor in two")
+    # Its __cleanup__ runs where its endpoints do (Monarch checks the same).
+    cleanup = inspect.getattr_static(cls, "__cleanup__", None)
+    if cleanup is not None:
+        async_cleanup = inspect.iscoroutinefunction(cleanup)
+        if sync and async_cleanup:
+            raise MixedEndpointsError(
+                f"{cls.__qualname__} has sync endpoints ({sync}) but an async __cleanup__; as in "
+                f"Monarch, make __cleanup__ a plain def too")
+        if asynchronous and not async_cleanup:
+            raise MixedEndpointsError(
+                f"{cls.__qualname__} has async endpoints ({asynchronous}) but a plain "
+                f"__cleanup__; as in Monarch, make __cleanup__ an async def too")
     _endpoint_kinds_checked.add(cls)
 
 

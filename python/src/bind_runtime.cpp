@@ -50,11 +50,17 @@ void toFaultHook(const LostMessages& lost) {
 // On the supervision agent's pool thread, as toFaultHook.
 void toSupervision(const supervision::MemberFailure& failure) {
   if (!Py_IsInitialized() || finalizing()) return;
+  // Once the job ends, ranks leave without a word: no failure of theirs.
+  if (failure.mesh == supervision::kEveryMesh && Runtime::current().shuttingDown()) return;
   Gil gil;
   try {
-    py::module_::import("crown._supervision")
-        .attr("member_failed")(failure.mesh, failure.rank, failure.host, failure.actor,
-                               failure.cause);
+    auto supervision = py::module_::import("crown._supervision");
+    if (failure.mesh == supervision::kEveryMesh) {
+      supervision.attr("rank_lost")(failure.rank, failure.host, failure.cause);
+      return;
+    }
+    supervision.attr("member_failed")(failure.mesh, failure.rank, failure.host, failure.actor,
+                                      failure.cause);
   } catch (py::error_already_set& e) {
     log::get().error("a failure of mesh '{}' (rank {}) could not be supervised: {}",
                      failure.actor, failure.rank, e.what());

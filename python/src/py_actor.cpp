@@ -70,13 +70,15 @@ PyActor::PyActor(std::string spawnPayload) {
   ++g_live;
 }
 
-void PyActor::dying(const std::string& cause) noexcept {
-  if (!Py_IsInitialized()) return;
+std::string PyActor::dying(const std::string& cause) noexcept {
+  if (!Py_IsInitialized()) return {};
   Gil gil;
   try {
-    py::module_::import("crown._runtime").attr("dying")(instance_, cause);
+    py::object failed = py::module_::import("crown._runtime").attr("dying")(instance_, cause);
+    return failed.is_none() ? std::string() : failed.cast<std::string>();
   } catch (const std::exception& e) {  // _runtime.dying reports its own; this is a last resort
     log::get().error("actor '{}' could not clean up as it died: {}", name(), e.what());
+    return {};
   }
 }
 

@@ -72,7 +72,7 @@ class PyActor : public Actor {
 
  protected:
   /// crown._runtime.dying: the meshes it spawned stop, then its __cleanup__ runs.
-  void dying(const std::string& cause) noexcept override;
+  std::string dying(const std::string& cause) noexcept override;
 
  private:
   pybind11::object instance_;

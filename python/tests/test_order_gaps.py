@@ -99,10 +99,14 @@ def test_broadcasts_beyond_the_window_reach_the_unhandled_fault_hook(recorders):
         kill_after_stop(recorders, 2,
                         lambda: [recorders.note.broadcast("b", n) for n in range(10)])
         with arrived:
-            arrived.wait_for(lambda: len(reports) >= 2, timeout=15)
+            arrived.wait_for(lambda: len(reports) >= 3, timeout=15)
         time.sleep(0.2)  # one report per member, no more
     finally:
         crown.actor.unhandled_fault_hook = default
+    # The killed hop's own member is a failure of the mesh (its process was lost).
+    deaths = [report for report in reports if isinstance(report, crown.actor.MeshFailure)]
+    assert [(death.mesh_name, death.rank) for death in deaths] == [("recorder", 2)], deaths
+    reports = [report for report in reports if isinstance(report, crown.actor.MessagesLost)]
     assert sorted(report.rank for report in reports) == [6, 7]
     for report in reports:
         assert isinstance(report, crown.actor.MessagesLost)

@@ -39,10 +39,27 @@ class Tidy(Actor):
                         None if exc is None else repr(exc)))
 
 
-class AsyncTidy(Tidy):
+class AsyncTidy(Actor):
+    def __init__(self, port):
+        self.port = port
+
+    @endpoint
+    async def rank(self):
+        return crown.actor.current_rank().rank
+
     async def __cleanup__(self, exc):
         await asyncio.sleep(0.01)
         self.port.send(("async", crown.actor.current_rank().rank, exc))
+
+
+class AsyncCleanupOfSyncEndpoints(Tidy):
+    async def __cleanup__(self, exc):
+        pass
+
+
+class PlainCleanupOfAsyncEndpoints(AsyncTidy):
+    def __cleanup__(self, exc):
+        pass
 
 
 class Messy(Tidy):
@@ -71,7 +88,7 @@ def test_stop_runs_cleanup_on_every_member_and_later_calls_fail():
 
 def test_await_stop_and_async_cleanup():
     port, receiver = Channel.open()
-    tidy = crown.world_flat().slice(ranks=slice(1, 3)).spawn("async_tidy", AsyncTidy, port, "x")
+    tidy = crown.world_flat().slice(ranks=slice(1, 3)).spawn("async_tidy", AsyncTidy, port)
 
     async def stop():
         await tidy.stop()
@@ -100,12 +117,37 @@ def test_a_dying_actor_cleans_up_with_what_killed_it(faults):
     assert sorted(_drain(receiver, 3)) == [("dying", r, None) for r in range(3)]
 
 
-def test_a_failing_cleanup_is_logged_and_the_stop_completes():
+def test_a_cleanup_of_another_kind_than_the_endpoints_is_refused_at_spawn():
+    # Monarch's rule: __cleanup__ runs where the endpoints do.
+    with pytest.raises(ValueError, match="sync endpoints .* but an async __cleanup__"):
+        crown.world_flat().spawn("wrong_cleanup", AsyncCleanupOfSyncEndpoints, None, "x")
+    with pytest.raises(ValueError, match="async endpoints .* but a plain __cleanup__"):
+        crown.world_flat().spawn("wrong_cleanup", PlainCleanupOfAsyncEndpoints, None)
+
+
+def test_a_failing_cleanup_is_a_supervision_event_and_the_stop_completes(faults):
     port, _ = Channel.open()
     messy = crown.world_flat().spawn("messy", Messy, port, "messy")
-    messy.stop().get(timeout=WAIT)
-    with pytest.raises(ActorStoppedError):
+    assert messy.stop().get(timeout=WAIT) is None
+    # As in Monarch, a raise in __cleanup__ is a failure its owner hears, once per member.
+    failures = [faults.of("messy") for _ in range(4)]
+    assert sorted(failure.rank for failure in failures) == [0, 1, 2, 3]
+    for failure in failures:
+        assert "__cleanup__ of Messy raised RuntimeError: cleanup went wrong" in failure.cause
+    with pytest.raises((ActorStoppedError, crown.actor.SupervisionError)):
         messy.rank.call().get(timeout=WAIT)
+
+
+def test_a_cleanup_that_fails_as_its_actor_dies_is_chained_to_the_cause(faults):
+    port, _ = Channel.open()
+    messy = crown.world_flat().spawn("messy_dying", Messy, port, "messy")
+    messy.slice(ranks=1).crack.broadcast()
+    failure = faults.of("messy_dying")
+    assert failure.rank == 1
+    assert "ValueError: cracked" in failure.cause, failure.cause
+    assert "__cleanup__ of Messy raised RuntimeError: cleanup went wrong" in failure.cause
+    messy.slice(ranks=0).stop().get(timeout=WAIT)  # the rest: each cleanup fails and is heard
+    assert faults.of("messy_dying").rank == 0
 
 
 def test_proc_mesh_stop_stops_its_meshes_and_refuses_spawns():

@@ -44,7 +44,7 @@ class Sleeper(Actor):
         return current_rank().rank
 
 
-def test_a_killed_process_raises_supervision_error_and_survivors_serve():
+def test_a_killed_process_raises_supervision_error_and_survivors_serve(faults):
     sleepers = crown.world().spawn("sleeper", Sleeper)
     victim = sleepers.slice(procs=2)
     pid = victim.pid.call_one().get(timeout=10)
@@ -73,6 +73,12 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve():
     assert replies.errors()[0][1].endpoint == "nap"
     for rank in (0, 1, 3):
         assert sleepers.slice(procs=rank).nap.call_one(0).get(timeout=10) == rank
+    # The owner (here the controller's hook) hears of the member lost with its
+    # process, as in Monarch, once.
+    failure = faults.of("sleeper")
+    assert failure.rank == 2 and "process was lost" in failure.cause, failure.report()
+    assert "no last words" in failure.cause, failure.report()
+    assert faults.none_within(0.5), "a second report of the same member"
 
 
 def test_the_survivors_are_a_mesh_that_carries_on():
@@ -115,11 +121,13 @@ def _loss_of(call):
     return str(raised.value)
 
 
-def test_a_process_that_calls_exit_says_its_code():
+def test_a_process_that_calls_exit_says_its_code(faults):
     quitters = crown.world().slice(procs=1).spawn("quitter1", Quitter)
     loss = _loss_of(quitters.exit_in_c.call_one(3))
     assert "rank 1" in loss and "exited with code 3" in loss, loss
     assert "call to quitter1.exit_in_c() failed" in loss, loss
+    failure = faults.of("quitter1")
+    assert failure.rank == 1 and "exited with code 3" in failure.cause, failure.report()
 
 
 def test_a_process_killed_by_a_signal_names_it():

@@ -18,7 +18,7 @@ struct ActorAccess {
     actor.id_ = id;
     actor.name_ = std::move(name);
   }
-  static void dying(Actor& actor, const std::string& cause) { actor.dying(cause); }
+  static std::string dying(Actor& actor, const std::string& cause) { return actor.dying(cause); }
   static const Handler* find(Actor& actor, const std::string& type) {
     auto it = actor.handlers_.find(type);
     return it == actor.handlers_.end() ? nullptr : &it->second;
@@ -307,7 +307,8 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   if (dies) {
     outer = std::exchange(t_currentActor, &actor);  // its last words are its own sends
     outerProc = std::exchange(t_currentProc, &proc_);
-    ActorAccess::dying(actor, cause);
+    std::string alsoFailed = ActorAccess::dying(actor, cause);
+    if (!alsoFailed.empty()) cause += "\n" + alsoFailed;
     t_currentActor = outer;
     t_currentProc = outerProc;
     failure = RemoteFailure{RemoteFailure::kActorFailed, "", cause, actor.name(),

@@ -457,6 +457,10 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
 
 bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }
 
+bool Runtime::shuttingDown() const {
+  return proc_ && detail::Lifecycle::of(*proc_).shuttingDown();
+}
+
 void Runtime::finish(int code) {
   if (finishing_.exchange(true)) {
     log::get().debug("shutdown: already under way");

@@ -1,6 +1,6 @@
 // The supervision module (supervision/module.h): on the dead member's proc,
-// actorFailed sends a MemberFailure to the owner's supervision agent; there,
-// the agent (an actor at a system id, so reports are handled one at a time,
+// actorFailed sends a MemberFailure to the owner's supervision agent (and
+// peerLost one for every mesh to this rank's own); there, the agent (an actor at a system id, so reports are handled one at a time,
 // in order) calls the hook.
 #include "crown/supervision/module.h"
 
@@ -35,6 +35,18 @@ class SupervisionModule : public Proc::Module {
     }
   }
 
+  // A lost process takes its members of every mesh with it: the owners on
+  // this rank hear (through the hook, which knows which meshes they own),
+  // in the agent's turn like any report.
+  void peerLost(Rank peer, const std::string& reason) override {
+    MemberFailure report{kEveryMesh, peer, proc_->host(peer), "", reason};
+    try {
+      proc_->send(ActorId{proc_->rank(), agent_}, report);
+    } catch (const std::exception& e) {  // stopping: nobody is left to tell
+      log::get().debug("rank {} lost while this rank stops: {}", peer, e.what());
+    }
+  }
+
   void setHook(std::function<void(const MemberFailure&)> hook) {
     std::lock_guard lock(mutex_);
     hook_ = std::move(hook);
@@ -55,6 +67,7 @@ class SupervisionModule : public Proc::Module {
       hook = hook_;
     }
     if (!hook) {
+      if (report.mesh == kEveryMesh) return;  // the lifecycle module has said it is lost
       log::get().error("member rank {} of mesh '{}' died, and nothing supervises it: {}",
                        report.rank, report.actor, report.cause);
       return;

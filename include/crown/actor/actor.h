@@ -52,8 +52,9 @@ class Actor {
   /// in its turn (on the thread that ran that handler, before any other
   /// message), just before the Proc removes it. A subclass releases what it
   /// owns here (PyActor: the meshes its Python actor spawned, __cleanup__).
-  /// It must not throw.
-  virtual void dying(const std::string& /*cause*/) noexcept {}
+  /// It must not throw; what it returns (a cleanup that failed too) is
+  /// added to the cause that its owner and callers hear.
+  virtual std::string dying(const std::string& /*cause*/) noexcept { return {}; }
 
   /// Registers the handler of message type Msg: `fn(const Msg&)` returns the
   /// reply (any serializable type) or nothing. An exception thrown by `fn`

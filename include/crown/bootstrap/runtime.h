@@ -81,6 +81,9 @@ class Runtime {
   void finish(int code);
   /// finish() has begun.
   bool finishing() const { return finishing_.load(); }
+  /// This rank's shutdown has begun (the controller's word came, or it is
+  /// the controller and ends the job): links closing now are expected.
+  bool shuttingDown() const;
 
   ~Runtime();
 

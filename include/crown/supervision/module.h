@@ -5,7 +5,10 @@
 // this module tells the mesh's owner: the supervision agent of the rank that
 // spawned the mesh (its id says which: mesh/module.h), which hands the
 // report to the hook set there (Python's __supervise__ and
-// unhandled_fault_hook). Without a hook the report is logged. Thread-safe.
+// unhandled_fault_hook). Without a hook the report is logged. A process
+// that is lost takes its members of every mesh with it: each rank's hook
+// hears that once (mesh kEveryMesh), and tells the owners of the meshes
+// spawned there that have a member on it. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +20,12 @@
 
 namespace crown::supervision {
 
+/// MemberFailure::mesh of a lost process: its members of every mesh died.
+constexpr std::uint64_t kEveryMesh = 0;
+
 /// One member of a mesh died: what its owner learns.
 struct MemberFailure {
-  std::uint64_t mesh = 0;  ///< the mesh's actor id (the same on every member)
+  std::uint64_t mesh = 0;  ///< the mesh's actor id (the same on every member), or kEveryMesh
   Rank rank = 0;           ///< the member's rank
   std::string host;        ///< its host
   std::string actor;       ///< the mesh's name
