@@ -249,6 +249,26 @@ class _ActorLoop:
         if threading.current_thread() is not self.thread:
             self.thread.join(STOP_WAIT_S + 1.0)
 
+    def cancel_tasks(self):
+        """Cancels every task still running and waits (up to STOP_WAIT_S) for
+        their own handling of it, leaving the loop up: as in Monarch, an
+        actor's tasks are done before its __cleanup__ runs (on this loop)."""
+        if threading.current_thread() is self.thread:
+            return  # called from a task: the stop that follows cancels them
+
+        async def cancel():
+            self.stopping = True
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=STOP_WAIT_S)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel(), self.loop).result(STOP_WAIT_S + 1.0)
+        except (RuntimeError, TimeoutError):  # closed already, or tasks that ignore cancel
+            pass
+
     async def _cancel_all(self):
         tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         for task in tasks:
@@ -413,8 +433,8 @@ def dying(instance, cause: str) -> Optional[str]:
 
 def finish(instance, exc) -> Optional[str]:
     """An actor's last act, once, in its turn: every mesh it spawned stops
-    (recursively, so theirs run first), then its ``__cleanup__(exc)`` (plain
-    or async) runs; exc is None on a stop, the error it died of otherwise.
+    (recursively, so theirs run first), its concurrent tasks are cancelled,
+    then its ``__cleanup__(exc)`` (plain or async) runs; exc is None on a stop, the error it died of otherwise.
     A cleanup that raises does not stop the stop: the report of what it
     raised is returned, and the actor dies of it (a supervision event, as in
     Monarch: chained to the failure being handled when it was dying)."""
@@ -426,6 +446,9 @@ def finish(instance, exc) -> Optional[str]:
     actor = current_actor()
     if actor is not None:
         _supervision.stop_owned(actor[1])
+    loop = instance.__dict__.get("_crown_loop_thread")
+    if loop is not None:
+        loop.cancel_tasks()
     cleanup = getattr(instance, "__cleanup__", None)
     if cleanup is None:
         return None

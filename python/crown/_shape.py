@@ -24,6 +24,14 @@ class Slice:
             raise ValueError(f"a slice needs one stride per size: sizes {sizes}, strides {strides}")
         self.offset, self.sizes, self.strides = offset, list(sizes), list(strides)
 
+    @staticmethod
+    def new_row_major(ranks) -> "Slice":
+        """One dimension over consecutive ranks (Monarch's Slice.new_row_major)."""
+        ranks = list(ranks)
+        if not ranks or ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+            raise ValueError(f"new_row_major needs consecutive ranks, not {ranks}")
+        return Slice(offset=ranks[0], sizes=[len(ranks)], strides=[1])
+
     @property
     def ndim(self) -> int:
         return len(self.sizes)

@@ -611,7 +611,7 @@ class ProcMesh(_Sliceable):
             raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
                                (("the actor class", cls),)) from None
         local, pending = _crown.spawn_start(self._shape, name, payload)
-        spawning = _Spawning(pending)
+        spawning = _Spawning(pending, name)
         _supervision.spawned(local, self._shape, cls, name, spawning)
         return ActorMesh(self._shape, local, cls, name, spawning)
 
@@ -637,8 +637,11 @@ class _Spawning:
     every member's constructor has run, or failed (which the owner hears of
     through supervision, and calls to that member then say)."""
 
-    def __init__(self, pending):
+    SAY_EVERY_S = 30.0  # a constructor still running this long is said to be
+
+    def __init__(self, pending, name: str):
         self._pending = pending
+        self._name = name
         self._done = False
         self._lock = threading.Lock()
 
@@ -647,6 +650,12 @@ class _Spawning:
             return
         with self._lock:
             if not self._done:
+                waited = 0.0
+                while not self._pending.wait(self.SAY_EVERY_S):
+                    waited += self.SAY_EVERY_S
+                    _crown.log("warn", f"actor mesh {self._name!r}: a member's __init__ is still "
+                                       f"running after {waited:.0f} s; the first use of the mesh "
+                                       f"waits until every member is constructed")
                 self._pending.get()
                 self._done = True
                 self._pending = None

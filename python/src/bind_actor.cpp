@@ -175,6 +175,11 @@ class SpawnFuture {
     return out;
   }
   bool done() const { return future_.isReady(); }
+  /// Waits up to `timeout` seconds for every constructor, cancelling nothing.
+  bool wait(double timeout) {
+    py::gil_scoped_release release;
+    return future_.state().waitUntil(std::chrono::steady_clock::now() + toMillis(timeout));
+  }
 
  private:
   Future<ValueMesh<void>> future_;
@@ -198,7 +203,8 @@ void bindActor(py::module_& m) {
       .def("done", &CastFuture::done);
   py::class_<SpawnFuture>(m, "SpawnFuture")
       .def("get", &SpawnFuture::get, py::arg("timeout") = py::none())
-      .def("done", &SpawnFuture::done);
+      .def("done", &SpawnFuture::done)
+      .def("wait", &SpawnFuture::wait, py::arg("timeout"));
   py::class_<CastStream>(m, "CastStream")
       .def("next", &CastStream::next, py::arg("timeout") = py::none());
 

@@ -33,6 +33,16 @@ void bindMesh(py::module_& m) {
              return mesh::Shape(dims);
            }),
            "Row-major from rank 0: Shape([('hosts', 2), ('procs', 4)]).")
+      .def(py::init([](const std::vector<std::string>& labels, const py::object& slice) {
+             // Monarch's form, Shape(labels, Slice): any object with its fields.
+             return mesh::Shape(labels,
+                                mesh::Slice(slice.attr("offset").cast<std::size_t>(),
+                                            slice.attr("sizes").cast<std::vector<std::size_t>>(),
+                                            slice.attr("strides").cast<std::vector<std::size_t>>()));
+           }),
+           py::arg("labels"), py::arg("slice"),
+           "Monarch's form: Shape(['hosts', 'gpus'], Slice(offset=0, sizes=[2, 4], "
+           "strides=[4, 1])).")
       .def_static(
           "of_ranks",
           [](const std::string& label, std::vector<std::size_t> ranks) {

@@ -19,16 +19,17 @@ std::size_t PyActor::live() { return g_live.load(); }
 
 PyActor::PyActor(std::string spawnPayload) {
   Gil gil;
-  py::module_ runtime = py::module_::import("crown._runtime");
-  // A Python exception here becomes the spawn's error, naming this rank, as
-  // the Python traceback construct() wrote (no C++ names around it).
+  // A Python exception here (the import too) becomes the spawn's error,
+  // naming this rank, as the Python traceback construct() wrote (no C++
+  // names around it).
   try {
+    py::module_ runtime = py::module_::import("crown._runtime");
     instance_ = runtime.attr("construct")(py::bytes(spawnPayload));
+    dispatch_ = runtime.attr("dispatch");
   } catch (py::error_already_set& e) {
     std::string report = py::str(e.value());
     throw PythonError(report);
   }
-  dispatch_ = runtime.attr("dispatch");
   handle<PyCall>([this](const PyCall& call) {
     std::string outcome;
     {

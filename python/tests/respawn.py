@@ -84,6 +84,8 @@ def main():
     values = again.spawn("again", Member).where.call().get(timeout=30).values()
     assert [rank for rank, _, _ in values] == again_ranks, values
     print(f"replaced the replacement in {took:.2f} s: ranks {again_ranks}", flush=True)
+    # The first mesh still holds lost rank 2: it gets the live replacement, no new process.
+    assert procs.respawn_lost().shape.ranks() == again_ranks, "a second replacement started"
     print("respawn done", flush=True)
 
 

@@ -266,6 +266,14 @@ def test_shape_and_slice_methods():
         nd.nditem([2, 0])
     assert nd == Slice(offset=1, sizes=[2, 2], strides=[4, 2]) != shape.ndslice
     assert shape.ndslice == Slice(offset=0, sizes=[2, 4], strides=[4, 1])
+    # Built Monarch's way: Shape(labels, Slice), and Slice.new_row_major.
+    built = Shape(["hosts", "gpus"], Slice(offset=1, sizes=[2, 2], strides=[4, 2]))
+    assert built == kept and built.ranks() == [1, 3, 5, 7]
+    row = Slice.new_row_major([4, 5, 6])
+    assert (row.offset, row.sizes, row.strides) == (4, [3], [1])
+    assert Shape(["ranks"], row).ranks() == [4, 5, 6]
+    with pytest.raises(ValueError, match="consecutive"):
+        Slice.new_row_major([0, 2])
 
 
 def test_a_replaced_shape_keeps_its_dimensions():

@@ -401,22 +401,36 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
   auto joinedOnce = [this](Rank rank) {  // launched, or a replacement: not a vacant slot
     return rank < topology_.size || std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
   };
+  // A rank replaced already (through another mesh that held it) keeps its
+  // replacement: the last of the chain, started anew only if that one is lost too.
+  auto latest = [this](Rank rank) {
+    for (auto it = replacedBy_.find(rank); it != replacedBy_.end(); it = replacedBy_.find(rank))
+      rank = it->second;
+    return rank;
+  };
+  std::size_t needed = 0;
   for (Rank rank : lost) {
     if (!joinedOnce(rank) || proc.alive(rank)) {
       throw ConfigError("respawn: rank " + std::to_string(rank) + " is not a lost rank");
     }
+    if (!proc.alive(latest(rank))) ++needed;
   }
   Rank spare = topology_.slots - nextSlot_;
-  if (lost.size() > spare) {
-    throw Error("respawn: " + std::to_string(lost.size()) + " lost ranks, but only " +
-                      std::to_string(spare) +
-                      " spare rank slots are left (CROWN_SPARE_RANKS sets how many a job "
-                      "has; by default as many as it launched)");
+  if (needed > spare) {
+    throw Error("respawn: " + std::to_string(needed) + " lost ranks, but only " +
+                std::to_string(spare) +
+                " spare rank slots are left (CROWN_SPARE_RANKS sets how many a job "
+                "has; by default as many as it launched)");
   }
   auto timeout = env::millis("CROWN_RESPAWN_TIMEOUT_MS", 60s);
   auto& lifecycle = detail::Lifecycle::of(proc);
   std::vector<Rank> made;
-  for (Rank old : lost) {
+  for (Rank given : lost) {
+    Rank old = latest(given);
+    if (proc.alive(old)) {
+      made.push_back(old);
+      continue;
+    }
     Rank slot = nextSlot_++;  // spent even on failure: a process may have started in it
     detail::JoinOffer offer{std::string(secret_.begin(), secret_.end()), slot, topology_.slots,
                             topology_.size, {}, slotAddresses_, {}, {}};
@@ -437,6 +451,7 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
     proc.admitRank(slot, answer.host, answer.address);
     slotAddresses_[slot] = answer.address;
     joined_.push_back(slot);
+    replacedBy_[old] = slot;
     // Every other live rank admits it before anything is sent to it through them.
     std::vector<Future<void>> acks;
     for (Rank r = 1; r < topology_.slots; ++r) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,7 +64,9 @@ class Runtime {
   /// On the controller: starts one process per rank of `lost` (ranks lost
   /// by now) with MPI_Comm_spawn, each joining the fabric in a spare slot
   /// (CROWN_SPARE_RANKS; respawn.h), and returns their new ranks in the same
-  /// order once every live rank has admitted them. Throws ConfigError when a
+  /// order once every live rank has admitted them. A rank replaced before
+  /// (through another mesh) gives its live replacement again, not a new one.
+  /// Throws ConfigError when a
   /// rank is not lost, Error when the launcher cannot spawn (srun) or the
   /// spares are spent, and BootstrapError when a process cannot start or join within
   /// CROWN_RESPAWN_TIMEOUT_MS (default 60000); ranks made before stay joined.
@@ -108,6 +111,7 @@ class Runtime {
   transport::Secret secret_{};
   std::vector<std::string> slotAddresses_;  // per slot; "" while vacant
   std::vector<Rank> joined_;                // replacements, in the order they joined
+  std::map<Rank, Rank> replacedBy_;         // lost rank -> the rank that replaced it
   Rank nextSlot_ = 0;
 };
 
