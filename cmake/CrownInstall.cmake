@@ -6,7 +6,7 @@
 include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
 
-set(crown_libraries crown_common crown_wire crown_transport crown_actor crown_mesh crown_tensor crown_rdma crown_supervision
+set(crown_libraries crown_common crown_wire crown_transport crown_actor crown_mesh crown_tensor crown_rdma crown_supervision crown_debug
                     crown_bootstrap crown)
 # The CUDA and NCCL targets, when built: Crown::crown links NCCL's whole.
 if(CROWN_WITH_CUDA_ENABLED)

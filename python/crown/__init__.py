@@ -27,7 +27,7 @@ import os
 import sys
 import traceback
 
-from . import _crown, _placement
+from . import _crown, _placement, _stacks
 from .actor import ProcMesh
 
 __all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "fetch_shard", "inspect",
@@ -51,6 +51,7 @@ def init(argv=None) -> "Controller":
     there). Collective: every rank must call it."""
     if not _crown.initialised():
         rank = _crown.init(list(sys.argv if argv is None else argv))
+        _stacks.install()  # procs.stacks() reaches this rank's Python threads from here on
         if rank != 0:
             _exit(_crown.serve())
     return Controller()

@@ -560,6 +560,18 @@ class ProcMesh(_Sliceable):
     def _with(self, shape):
         return ProcMesh(shape, self._stopped)
 
+    def stacks(self, native: bool = False, timeout: float = 5.0):
+        """The stacks of every thread of every process of this mesh, asked of
+        all at once: a ``crown._stacks.Stacks``, whose str() merges the
+        threads alike across ranks ("ranks 0-3,5: ...") so the odd one out
+        stands out, and whose ``by_rank`` holds each rank's own. Python's come
+        from faulthandler's signal-safe dump, so a rank spinning in C with the
+        GIL held answers too; ``native=True`` adds eu-stack's (elfutils) native
+        frames. A rank that is lost or silent past `timeout` says why."""
+        from . import _stacks
+
+        return _stacks.collect(self._shape.ranks(), native, timeout)
+
     def respawn_lost(self) -> "ProcMesh":
         """The same mesh at full size again: each lost rank is replaced by a
         new process (MPI_Comm_spawn, under mpirun) that takes the lost one's

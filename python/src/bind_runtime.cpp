@@ -13,6 +13,7 @@
 #include "crown/actor/lost_messages.h"
 #include "crown/bootstrap/controller.h"
 #include "crown/common/log.h"
+#include "crown/debug/stacks.h"
 #include "crown/mesh/world_shape.h"
 #include "crown/supervision/module.h"
 #include "gil.h"
@@ -111,6 +112,28 @@ void bindRuntime(py::module_& m) {
     Runtime& runtime = Runtime::current();
     return runtime.proc().host(runtime.topology().rank);  // a replacement's too (respawn)
   });
+  m.def(
+      "set_stack_dump",
+      [](int fd, int signal) { debug::setPythonStackDump(Runtime::current().proc(), fd, signal); },
+      "On `signal`, faulthandler writes every thread's Python stack to file descriptor `fd`.");
+  m.def(
+      "stacks",
+      [](const std::vector<Rank>& ranks, bool native, double timeout) {
+        std::vector<debug::RankStacks> got;
+        {
+          py::gil_scoped_release release;  // this process's own dump needs no GIL either
+          got = debug::collectStacks(Runtime::current().proc(), ranks, native,
+                                     std::chrono::milliseconds(static_cast<long>(timeout * 1000)));
+        }
+        py::list out;
+        for (const auto& one : got) {
+          out.append(py::make_tuple(one.rank, one.host, one.pid, py::bytes(one.python),
+                                    py::bytes(one.native), one.error));
+        }
+        return out;
+      },
+      py::arg("ranks"), py::arg("native"), py::arg("timeout"),
+      "(rank, host, pid, python, native, error) of each rank, asked of all at once.");
   m.def(
       "respawn",
       [](const std::vector<Rank>& lost) { return Runtime::current().respawn(lost); },

@@ -20,6 +20,7 @@
 #include "crown/actor/mpi_service.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/debug/stacks.h"
 #include "crown/mesh/module.h"
 #include "crown/rdma/module.h"
 #include "crown/supervision/module.h"
@@ -349,7 +350,8 @@ void Runtime::startProc(std::shared_ptr<const std::vector<std::string>> hosts,
                             pool_,
                             /*stopsPool=*/true,
                             {detail::Lifecycle::factory(mpi_->service), mesh::meshModule(),
-                             rdma::rdmaModule(pool_), supervision::supervisionModule()},
+                             rdma::rdmaModule(pool_), supervision::supervisionModule(),
+                             debug::debugModule()},
                             mpi_->service,
                             /*launched=*/topology_.size,
                             std::move(lostBefore)};

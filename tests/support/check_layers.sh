@@ -4,7 +4,7 @@
 #   check_layers.sh SOURCE_ROOT
 set -u
 root=${1:?usage: check_layers.sh SOURCE_ROOT}
-order=(common wire transport actor mesh tensor rdma supervision bootstrap)
+order=(common wire transport actor mesh tensor rdma supervision debug bootstrap)
 status=0
 for ((i = 0; i < ${#order[@]}; i++)); do
   layer=${order[i]}

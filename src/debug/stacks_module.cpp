@@ -1,0 +1,148 @@
+// The debug module (crown/debug/stacks.h): its stacks agent answers a
+// StacksRequest with this process's stacks. The Python dump is faulthandler's,
+// raised on the agent's own thread: raise() returns once the handler has
+// written every thread's traceback to the file, and no GIL is taken.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+
+#include "crown/actor/actor.h"
+#include "crown/actor/module.h"
+#include "crown/common/log.h"
+#include "crown/debug/stacks.h"
+
+namespace crown::debug {
+namespace {
+
+constexpr std::size_t kMaxDumpBytes = 4 << 20;  // a dump past this is cut, and says so
+
+std::string readWhole(int fd) {
+  std::string text;
+  std::array<char, 65536> chunk;
+  if (::lseek(fd, 0, SEEK_SET) < 0) return "(cannot read the dump: lseek failed)";
+  for (;;) {
+    ssize_t got = ::read(fd, chunk.data(), chunk.size());
+    if (got <= 0) break;
+    text.append(chunk.data(), static_cast<std::size_t>(got));
+    if (text.size() > kMaxDumpBytes) {
+      text.resize(kMaxDumpBytes);
+      text += "\n(cut at " + std::to_string(kMaxDumpBytes) + " bytes)\n";
+      break;
+    }
+  }
+  return text;
+}
+
+// eu-stack attaches with ptrace and prints every thread's native frames; a
+// bound of its own (timeout) so that a process it cannot stop costs 5 s at most.
+std::string nativeStacks() {
+  if (::access("/usr/bin/eu-stack", X_OK) != 0) {
+    return "(no native stacks: eu-stack is not installed; apt-get install elfutils)";
+  }
+  std::string command =
+      "timeout 5 /usr/bin/eu-stack -p " + std::to_string(::getpid()) + " 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return "(no native stacks: cannot start eu-stack)";
+  std::string text;
+  std::array<char, 4096> chunk;
+  std::size_t got = 0;
+  while ((got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0 && text.size() < kMaxDumpBytes)
+    text.append(chunk.data(), got);
+  int status = ::pclose(pipe);
+  if (status != 0 && text.empty()) return "(no native stacks: eu-stack failed)";
+  return text;
+}
+
+class DebugModule : public Proc::Module {
+ public:
+  void install(Proc& proc, SystemIds& ids) override {
+    proc_ = &proc;
+    agent_ = ids.claim();
+    proc.spawnLocalAt(agent_, std::make_unique<Agent>(*this), "stacks-agent");
+  }
+
+  void setPythonDump(int fd, int signal) {
+    std::lock_guard lock(mutex_);
+    fd_ = fd;
+    signal_ = signal;
+  }
+
+  std::uint64_t agentId() const { return agent_; }
+
+ private:
+  class Agent : public Actor {
+   public:
+    explicit Agent(DebugModule& module) {
+      handle<StacksRequest>([&module](const StacksRequest& request) { return module.stacks(request); });
+    }
+  };
+
+  RankStacks stacks(const StacksRequest& request) {
+    RankStacks out;
+    out.rank = proc_->rank();
+    out.host = proc_->host(out.rank);
+    out.pid = static_cast<int>(::getpid());
+    {
+      std::lock_guard lock(mutex_);  // one dump at a time: they share the file
+      if (fd_ >= 0) {
+        if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) < 0 || ::raise(signal_) != 0) {
+          out.python = "(the Python stack dump failed)";
+        } else {
+          out.python = readWhole(fd_);
+        }
+      }
+    }
+    if (request.native) out.native = nativeStacks();
+    return out;
+  }
+
+  Proc* proc_ = nullptr;
+  std::uint64_t agent_ = 0;
+  std::mutex mutex_;
+  int fd_ = -1;
+  int signal_ = 0;
+};
+
+DebugModule& moduleOf(Proc& proc) {
+  auto* module = proc.findModule<DebugModule>();
+  if (module == nullptr) throw Error("this proc has no debug module (debug::debugModule)");
+  return *module;
+}
+
+}  // namespace
+
+Proc::ModuleFactory debugModule() {
+  return [] { return std::make_unique<DebugModule>(); };
+}
+
+void setPythonStackDump(Proc& proc, int fd, int signal) { moduleOf(proc).setPythonDump(fd, signal); }
+
+std::vector<RankStacks> collectStacks(Proc& proc, const std::vector<Rank>& ranks, bool native,
+                                      std::chrono::milliseconds timeout) {
+  std::uint64_t agent = moduleOf(proc).agentId();
+  std::vector<Future<RankStacks>> asked;
+  asked.reserve(ranks.size());
+  for (Rank rank : ranks) asked.push_back(proc.request<RankStacks>({rank, agent}, StacksRequest{native}));
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<RankStacks> out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    try {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      out.push_back(asked[i].get(std::max(left, std::chrono::milliseconds(1))));
+    } catch (const std::exception& e) {
+      RankStacks missing;
+      missing.rank = ranks[i];
+      missing.host = proc.host(ranks[i]);
+      missing.error = e.what();
+      out.push_back(std::move(missing));
+    }
+  }
+  return out;
+}
+
+}  // namespace crown::debug
