@@ -4,6 +4,7 @@ its rank with it; the controller carries on (mpirun --enable-recovery)."""
 import ctypes
 
 import crown
+import print_faults
 from crown.actor import Actor, SupervisionError, current_rank, endpoint, this_host
 
 
@@ -17,15 +18,8 @@ class Where(Actor):
         ctypes.CDLL(None).exit(code)  # as a C library would: its last words say the code
 
 
-def on_fault(failure):
-    """A lost process is a supervision event (as in Monarch): this program
-    handles it where the call raises, so the hook only says so (the default
-    would end the job)."""
-    print(f"fault hook: {failure.report()}", flush=True)
-
-
 def main():
-    crown.actor.unhandled_fault_hook = on_fault
+    print_faults.install()
     assert crown.world_flat().shape.ranks() == [1, 2], crown.world_flat()
     assert crown.world().shape.ranks() == [1, 2], crown.world()
     assert this_host().ranks == [1, 2], this_host()

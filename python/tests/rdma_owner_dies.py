@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 import crown
+import print_faults
 from crown.actor import Actor, SupervisionError, endpoint
 from crown.rdma import RDMABuffer
 
@@ -28,15 +29,8 @@ class Owner(Actor):
         threading.Timer(seconds, lambda: os._exit(9)).start()
 
 
-def on_fault(failure):
-    """A lost process is a supervision event (as in Monarch): this program
-    handles it where the call raises, so the hook only says so (the default
-    would end the job)."""
-    print(f"fault hook: {failure.report()}", flush=True)
-
-
 def main():
-    crown.actor.unhandled_fault_hook = on_fault
+    print_faults.install()
     owners = crown.world_flat().spawn("owner", Owner)
     doomed = owners.slice(ranks=2).publish.call_one(2).get(timeout=60)
     survivor = owners.slice(ranks=1).publish.call_one(1).get(timeout=60)

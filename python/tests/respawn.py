@@ -8,6 +8,7 @@ import os
 import time
 
 import crown
+import print_faults
 from crown.actor import Actor, SupervisionError, current_rank, endpoint
 
 
@@ -40,15 +41,8 @@ def replace(procs):
     return whole, time.monotonic() - started
 
 
-def on_fault(failure):
-    """A lost process is a supervision event (as in Monarch): this program
-    handles it where the call raises, so the hook only says so (the default
-    would end the job)."""
-    print(f"fault hook: {failure.report()}", flush=True)
-
-
 def main():
-    crown.actor.unhandled_fault_hook = on_fault
+    print_faults.install()
     procs = crown.world_flat()
     assert procs.respawn_lost() is procs, "nothing is lost yet"
     first = procs.spawn("first", Member)

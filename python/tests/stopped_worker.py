@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import crown
+import print_faults
 from crown.actor import Actor, SupervisionError, endpoint
 
 
@@ -19,15 +20,8 @@ class Pid(Actor):
         return os.getpid()
 
 
-def on_fault(failure):
-    """A lost process is a supervision event (as in Monarch): this program
-    handles it where the call raises, so the hook only says so (the default
-    would end the job)."""
-    print(f"fault hook: {failure.report()}", flush=True)
-
-
 def main():
-    crown.actor.unhandled_fault_hook = on_fault
+    print_faults.install()
     victim = crown.world_flat().slice(ranks=2).spawn("pid", Pid)
     pid = victim.pid.call_one().get(timeout=10)
     os.kill(pid, signal.SIGSTOP)
