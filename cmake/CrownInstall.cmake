@@ -34,7 +34,8 @@ install(FILES ${PROJECT_BINARY_DIR}/CrownConfig.cmake ${PROJECT_BINARY_DIR}/Crow
               ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
   DESTINATION ${package_dir})
 
-install(PROGRAMS ${PROJECT_SOURCE_DIR}/launch/crownrun DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/launch/crownrun ${PROJECT_SOURCE_DIR}/launch/crown
+        DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Modulefiles find the prefix from their own path, so one installed tree
 # can be moved or mounted elsewhere.

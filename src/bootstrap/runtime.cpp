@@ -20,6 +20,7 @@
 #include "crown/actor/mpi_service.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/debug/server.h"
 #include "crown/debug/stacks.h"
 #include "crown/mesh/module.h"
 #include "crown/rdma/module.h"
@@ -331,6 +332,13 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   std::string verdict = topo.rank == 0 ? pingEveryRank(*self.proc_, topo) : "";
   self.onMpiThread([&] { broadcastText(verdict, self.mpi_->comm); });
   if (!verdict.empty()) failBootstrap(self, verdict);
+  if (topo.rank == 0 && env::choice("CROWN_DEBUG_SERVER", "on", {"on", "off"}) == "on") {
+    try {
+      self.debugServer_ = debug::DebugServer::start(*self.proc_);
+    } catch (const std::exception& e) {  // the job runs without it
+      log::get().warn("no debug server (crown stacks will not reach this job): {}", e.what());
+    }
+  }
   std::string listening;
   for (const auto& [backend, address] : self.addresses_) listening += " " + backend;
   log::get().debug("bootstrap done: rank {} of {} ({} slots), host {} ({} of {}), listening on{}",
@@ -483,6 +491,7 @@ void Runtime::finish(int code) {
     log::get().debug("shutdown: already under way");
     return;
   }
+  debugServer_.reset();  // its socket and token go first: the job is ending
   auto timeout = env::millis("CROWN_SHUTDOWN_TIMEOUT_MS", 30s);
   // SHT-1: no process is left behind, even when a peer or MPI hangs.
   std::thread([timeout, code] {

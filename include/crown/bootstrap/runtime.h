@@ -26,6 +26,9 @@ struct JoinOffer;  // bootstrap/respawn.h
 namespace transport {
 class IoPool;  // crown/transport/io_pool.h
 }
+namespace debug {
+class DebugServer;  // crown/debug/server.h
+}
 
 struct Topology {
   Rank rank = 0;
@@ -105,6 +108,7 @@ class Runtime {
   transport::Addresses addresses_;
   std::shared_ptr<transport::IoPool> pool_;
   std::unique_ptr<Proc> proc_;
+  std::unique_ptr<debug::DebugServer> debugServer_;  // the controller's (crown stacks)
   std::atomic<bool> finishing_{false};
   // The controller's, for respawn: what a replacement is offered.
   std::mutex respawnMutex_;

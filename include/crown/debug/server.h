@@ -1,0 +1,43 @@
+// The job's debug server (issue 15, "Access"): on the controller, a Unix
+// socket that `crown stacks` (python/crown/cli.py) reaches from another
+// terminal, served by a thread of its own, so it answers while the
+// controller's program is blocked, GIL and all. It lives in a directory only
+// the job's user can enter (CROWN_DEBUG_DIR, else $XDG_RUNTIME_DIR/crown or
+// /tmp/crown-UID, made 0700 and refused if anyone else can enter it), as
+// job-PID.sock beside job-PID.token (0600, 32 random bytes in hex). A client
+// must be the same user (SO_PEERCRED) and prove it read the token:
+//   server: "crown-debug 1 NONCE\n"          (NONCE: 32 random bytes, hex)
+//   client: "HMAC COMMAND [ARGS]\n"           (HMAC-SHA256(token, nonce), hex)
+//   server: the answer, then closes; "refused: why\n" when the proof fails.
+// Commands: "ping" ("ok"); "stacks [native]": every live rank's stacks
+// (stacks.h), each as "rank R pid P host-bytes H python-bytes Y native-bytes
+// N error-bytes E\n" followed by those bytes, then "end\n".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "crown/actor/proc.h"
+
+namespace crown::debug {
+
+class DebugServer {
+ public:
+  /// Listens for `proc` (the controller's); throws crown::Error saying why
+  /// it cannot (a directory others can enter, say).
+  static std::unique_ptr<DebugServer> start(Proc& proc);
+  /// Stops serving and removes the socket and the token.
+  ~DebugServer();
+  const std::string& socketPath() const;
+
+  struct Impl;
+
+ private:
+  explicit DebugServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Where the debug servers of this user's jobs listen (made if missing).
+std::string debugDirectory();
+
+}  // namespace crown::debug

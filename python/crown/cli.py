@@ -1,0 +1,146 @@
+"""crown's command line, for a job that runs (issue 15):
+
+    crown jobs                                   this user's jobs on this host
+    crown stacks [--job PID] [--native] [--json] every thread of every rank
+
+It reaches the job's debug server (crown/debug/server.h) on the controller's
+host: a Unix socket in a directory only this user may enter, and a token
+file beside it whose HMAC proves the client read it. The server runs on a
+thread of its own, so it answers while the controller's program is blocked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import hmac
+import json
+import os
+import re
+import socket
+import sys
+from typing import List, Optional, Tuple
+
+from ._stacks import RankStacks, Stacks
+
+
+class CliError(Exception):
+    """What the user is told, with exit code 1."""
+
+
+def debug_directory() -> str:
+    """Where the jobs' servers listen (as debugDirectory() in C++)."""
+    if os.environ.get("CROWN_DEBUG_DIR"):
+        return os.environ["CROWN_DEBUG_DIR"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "crown")
+    return f"/tmp/crown-{os.geteuid()}"
+
+
+def jobs() -> List[Tuple[int, str]]:
+    """(controller pid, socket) of each job whose controller lives on this host."""
+    found = []
+    directory = debug_directory()
+    if os.path.isdir(directory) and not os.access(directory, os.R_OK | os.X_OK):
+        raise CliError(f"cannot look in {directory}: only its owner may (a job's debug server "
+                       f"is private to the user who started the job)")
+    for path in sorted(glob.glob(os.path.join(directory, "job-*.sock"))):
+        pid = int(re.search(r"job-(\d+)\.sock$", path).group(1))
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue  # a job that ended without removing its socket (killed)
+        except PermissionError:
+            pass
+        found.append((pid, path))
+    return found
+
+
+def choose(job: Optional[int]) -> str:
+    running = jobs()
+    if job is not None:
+        for pid, path in running:
+            if pid == job:
+                return path
+        raise CliError(f"no crown job with controller pid {job} on this host "
+                       f"(in {debug_directory()}); `crown jobs` lists them")
+    if not running:
+        raise CliError(f"no crown job of this user runs on this host (looked in "
+                       f"{debug_directory()}); run this on the controller's (rank 0's) host")
+    if len(running) > 1:
+        raise CliError("several crown jobs run here; pick one with --job PID:\n" +
+                       "\n".join(f"  {pid}" for pid, _ in running))
+    return running[0][1]
+
+
+def request(path: str, command: str, timeout: float) -> bytes:
+    """Proves the token, sends `command`, returns the whole answer."""
+    token_path = path[:-len(".sock")] + ".token"
+    try:
+        with open(token_path) as f:
+            token = bytes.fromhex(f.read().strip())
+    except OSError as error:
+        raise CliError(f"cannot read the job's token {token_path}: {error}") from None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except OSError as error:
+            raise CliError(f"cannot reach the job's debug server at {path}: {error}") from None
+        stream = sock.makefile("rb")
+        hello = stream.readline().decode("ascii", "replace").split()
+        if len(hello) != 3 or hello[:2] != ["crown-debug", "1"]:
+            raise CliError(f"the debug server at {path} said {' '.join(hello)!r}")
+        proof = hmac.new(token, bytes.fromhex(hello[2]), hashlib.sha256).hexdigest()
+        sock.sendall(f"{proof} {command}\n".encode("ascii"))
+        answer = stream.read()
+    if answer.startswith(b"refused: ") or answer.startswith(b"error: "):
+        raise CliError(answer.decode("utf-8", "replace").strip())
+    return answer
+
+
+def parse_stacks(answer: bytes) -> List[RankStacks]:
+    replies, at = [], 0
+    while True:
+        end = answer.index(b"\n", at)
+        header = answer[at:end].decode("ascii").split()
+        at = end + 1
+        if header == ["end"]:
+            return replies
+        fields = dict(zip(header[0::2], header[1::2]))
+        parts = []
+        for name in ("host", "python", "native", "error"):
+            size = int(fields[f"{name}-bytes"])
+            parts.append(answer[at:at + size].decode("utf-8", "replace"))
+            at += size
+        replies.append(RankStacks(int(fields["rank"]), parts[0], int(fields["pid"]), parts[1],
+                                  parts[2], parts[3]))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="crown", description="Look inside a running crown job.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("jobs", help="this user's crown jobs whose controller runs on this host")
+    stacks = commands.add_parser("stacks", help="every thread of every rank, merged")
+    stacks.add_argument("--job", type=int, help="the controller's pid (see `crown jobs`)")
+    stacks.add_argument("--native", action="store_true", help="also native frames (eu-stack)")
+    stacks.add_argument("--json", action="store_true", help="each rank's stacks as JSON")
+    stacks.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "jobs":
+            for pid, path in jobs():
+                print(f"{pid}\t{path}")
+            return 0
+        path = choose(args.job)
+        replies = parse_stacks(request(path, "stacks native" if args.native else "stacks",
+                                       args.timeout))
+        if args.json:
+            print(json.dumps([reply._asdict() for reply in replies], indent=1))
+        else:
+            print(Stacks(replies))
+        return 0
+    except CliError as error:
+        print(f"crown: {error}", file=sys.stderr)
+        return 1
