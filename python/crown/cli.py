@@ -2,6 +2,7 @@
 
     crown jobs                                   this user's jobs on this host
     crown stacks [--job PID] [--native] [--json] every thread of every rank
+    crown status [--job PID] [--json | --once]   a row per rank, live (q quits)
 
 It reaches the job's debug server (crown/debug/server.h) on the controller's
 host: a Unix socket in a directory only this user may enter, and a token
@@ -118,6 +119,68 @@ def parse_stacks(answer: bytes) -> List[RankStacks]:
                                   parts[2], parts[3]))
 
 
+STATUS_FIELDS = ("pid", "rss", "actors", "queued", "inflight", "handled")
+
+
+def parse_status(answer: bytes) -> List[dict]:
+    """One dict a rank: rank, state (alive, lost, silent), host, and for a
+    live rank pid, rss (bytes), actors, queued, inflight, handled; for a
+    silent one, error."""
+    rows = []
+    for line in answer.decode("utf-8", "replace").splitlines():
+        if line == "end":
+            return rows
+        words = line.split(" ")
+        row = {"rank": int(words[1]), "state": words[3], "host": words[5]}
+        if len(words) > 6 and words[6] == "error":
+            row["error"] = " ".join(words[7:])
+        else:
+            for name, value in zip(words[6::2], words[7::2]):
+                row[name] = int(value)
+        rows.append(row)
+    raise CliError("the job's status ended early")
+
+
+def status_table(rows: List[dict]) -> str:
+    head = f"{'rank':>5} {'host':<16} {'pid':>8} {'state':<7} {'actors':>6} {'queued':>7} " \
+           f"{'in flight':>9} {'handled':>10} {'RSS MiB':>8}"
+    lines = [head]
+    for row in rows:
+        if row["state"] == "alive":
+            lines.append(f"{row['rank']:>5} {row['host']:<16} {row['pid']:>8} {'alive':<7} "
+                         f"{row['actors']:>6} {row['queued']:>7} {row['inflight']:>9} "
+                         f"{row['handled']:>10} {row['rss'] / 2**20:>8.1f}")
+        else:
+            why = f"  {row['error']}" if row.get("error") else ""
+            lines.append(f"{row['rank']:>5} {row['host']:<16} {'-':>8} {row['state']:<7}{why}")
+    return "\n".join(lines)
+
+
+def live_status(path: str, timeout: float) -> None:
+    """The status table, refreshed each second until q (or Ctrl-C)."""
+    import curses
+
+    def draw(screen):
+        screen.nodelay(True)
+        while True:
+            rows = parse_status(request(path, "status", timeout))
+            screen.erase()
+            screen.addstr(0, 0, f"crown status: {path}  (q quits)")
+            for i, line in enumerate(status_table(rows).splitlines()):
+                if i + 2 < curses.LINES:
+                    screen.addstr(i + 2, 0, line[:curses.COLS - 1])
+            screen.refresh()
+            for _ in range(10):
+                if screen.getch() in (ord("q"), ord("Q")):
+                    return
+                curses.napms(100)
+
+    try:
+        curses.wrapper(draw)
+    except KeyboardInterrupt:
+        pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="crown", description="Look inside a running crown job.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -127,11 +190,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     stacks.add_argument("--native", action="store_true", help="also native frames (eu-stack)")
     stacks.add_argument("--json", action="store_true", help="each rank's stacks as JSON")
     stacks.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job")
+    status = commands.add_parser("status", help="a row per rank, refreshed each second")
+    status.add_argument("--job", type=int, help="the controller's pid (see `crown jobs`)")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="once, as JSON")
+    shown.add_argument("--once", action="store_true", help="once, as a table")
+    status.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job")
     args = parser.parse_args(argv)
     try:
         if args.command == "jobs":
             for pid, path in jobs():
                 print(f"{pid}\t{path}")
+            return 0
+        if args.command == "status":
+            path = choose(args.job)
+            if args.json or args.once or not sys.stdout.isatty():
+                rows = parse_status(request(path, "status", args.timeout))
+                print(json.dumps(rows, indent=1) if args.json else status_table(rows))
+            else:
+                live_status(path, args.timeout)
             return 0
         path = choose(args.job)
         replies = parse_stacks(request(path, "stacks native" if args.native else "stacks",

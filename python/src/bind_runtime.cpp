@@ -51,8 +51,9 @@ void toFaultHook(const LostMessages& lost) {
 // On the supervision agent's pool thread, as toFaultHook.
 void toSupervision(const supervision::MemberFailure& failure) {
   if (!Py_IsInitialized() || finalizing()) return;
-  // Once the job ends, ranks leave without a word: no failure of theirs.
-  if (failure.mesh == supervision::kEveryMesh && Runtime::current().shuttingDown()) return;
+  // Once the job ends, ranks leave without a word (after a loss, without
+  // the shutdown barrier): nothing they take with them is a failure now.
+  if (Runtime::current().shuttingDown()) return;
   Gil gil;
   try {
     auto supervision = py::module_::import("crown._supervision");

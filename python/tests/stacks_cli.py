@@ -4,6 +4,7 @@ Python, every rank's stacks come within 2 s, merged; `crown jobs` lists the
 job; a wrong token and (as root) another user are refused; when the job ends
 its socket and token are gone. Run by ctest with PYTHONPATH set."""
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -65,6 +66,21 @@ def main():
         check("ranks 1-3:" in stacks.stdout, "the workers' serving threads are not merged")
         as_json = crown_cli("stacks", "--json", env=env)
         check(as_json.returncode == 0 and as_json.stdout.count('"rank":') == 4, as_json.stdout)
+
+        # crown status: a row per rank, with what each holds, while the controller is blocked.
+        started = time.monotonic()
+        status = crown_cli("status", "--json", env=env)
+        took = time.monotonic() - started
+        check(status.returncode == 0, status.stderr)
+        rows = json.loads(status.stdout)
+        check([row["rank"] for row in rows] == [0, 1, 2, 3], rows)
+        check(all(row["state"] == "alive" and row["rss"] > 0 and row["actors"] >= 1
+                  for row in rows), rows)
+        check(rows[2]["handled"] >= 2 and rows[3]["handled"] >= 1, rows)  # pings, spawns, the spin
+        print(f"crown status: 4 ranks in {took:.2f} s", flush=True)
+        table = crown_cli("status", "--once", env=env)
+        check(table.returncode == 0 and len(table.stdout.splitlines()) == 5, table.stdout)
+        print(table.stdout, flush=True)
 
         # A client that cannot prove it read the token is refused.
         with socket.socket(socket.AF_UNIX) as sock:

@@ -3,6 +3,7 @@
 #include <deque>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "actor/reorder_buffer.h"
 #include "crown/actor/lost_messages.h"
@@ -265,7 +266,23 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
   pool_->post([this, cell] { drain(cell); });
 }
 
+void Mailboxes::count(std::size_t& actors, std::size_t& queued, std::uint64_t& handled) {
+  std::vector<std::shared_ptr<Cell>> cells;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [local, cell] : cells_) cells.push_back(cell);
+  }
+  actors = cells.size();
+  queued = 0;
+  for (const auto& cell : cells) {
+    std::lock_guard lock(cell->mutex);
+    queued += cell->mailbox.size();
+  }
+  handled = handled_.load(std::memory_order_relaxed);
+}
+
 void Mailboxes::run(Actor& actor, Delivery& delivery) {
+  handled_.fetch_add(1, std::memory_order_relaxed);
   const Envelope& envelope = delivery.envelope;
   Actor* outer = std::exchange(t_currentActor, &actor);
   Proc* outerProc = std::exchange(t_currentProc, &proc_);

@@ -57,6 +57,8 @@ class Mailboxes {
   /// Stops starting handlers, and waits until those running have returned
   /// (the caller's own, if it is one, excepted) or `deadline` passes.
   void quiesce(std::chrono::steady_clock::time_point deadline);
+  /// Actors hosted, messages waiting, messages handled (Proc::stats).
+  void count(std::size_t& actors, std::size_t& queued, std::uint64_t& handled);
 
  private:
   struct Cell;
@@ -80,6 +82,7 @@ class Mailboxes {
   // send (a Shutdown's acknowledgement, say) are flushed.
   std::atomic<int> activeDrains_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> handled_{0};
   std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> cells_;
   // Actors that died, and why: later messages to them are refused with the

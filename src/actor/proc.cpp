@@ -226,6 +226,13 @@ Proc& Proc::current() {
 Rank Proc::rank() const { return impl_->options.rank; }
 Rank Proc::size() const { return impl_->options.size; }
 
+Proc::Stats Proc::stats() const {
+  Stats out;
+  impl_->mailboxes.count(out.actors, out.queued, out.handled);
+  out.requestsInFlight = impl_->requests.pending();
+  return out;
+}
+
 const std::string& Proc::host(Rank rank) const {
   static const std::string unknown;
   const auto& hosts = impl_->options.hosts;
@@ -251,6 +258,7 @@ void Proc::admitRank(Rank rank, const std::string& host, const std::string& addr
 }
 
 bool Proc::alive(Rank rank) const { return impl_->requests.alive(rank); }
+bool Proc::joined(Rank rank) const { return impl_->requests.exists(rank); }
 
 void Proc::declareLost(Rank peer, const std::string& reason) {
   CROWN_CHECK(peer < size() && peer != rank(), "declareLost of rank " + std::to_string(peer));

@@ -58,6 +58,11 @@ bool RequestTable::alive(Rank rank) const {
   return rank < state_.size() && state_[rank] == State::kPresent;
 }
 
+std::size_t RequestTable::pending() const {
+  std::lock_guard lock(mutex_);
+  return pending_.size();
+}
+
 bool RequestTable::exists(Rank rank) const {
   std::lock_guard lock(mutex_);
   return rank < state_.size() && state_[rank] != State::kVacant;

@@ -35,6 +35,8 @@ class RequestTable {
 
   /// Present: joined and not lost.
   bool alive(Rank rank) const;
+  /// Requests waiting for their answer.
+  std::size_t pending() const;
   /// Joined once (alive or lost since), as opposed to a vacant slot.
   bool exists(Rank rank) const;
   /// A vacant slot's rank joined (a replacement); false when it was not vacant.

@@ -16,6 +16,7 @@
 
 #include "crown/common/log.h"
 #include "crown/debug/stacks.h"
+#include "crown/debug/status.h"
 #include "crown/transport/auth.h"
 
 namespace crown::debug {
@@ -78,6 +79,32 @@ std::string encodeStacks(const std::vector<RankStacks>& all) {
            std::to_string(one.native.size()) + " error-bytes " +
            std::to_string(one.error.size()) + "\n";
     out += one.host + one.python + one.native + one.error;
+  }
+  return out + "end\n";
+}
+
+std::string encodeStatus(Proc& proc) {
+  std::vector<Rank> live;
+  std::string out;
+  for (Rank r = 0; r < proc.size(); ++r) {
+    if (proc.alive(r)) {
+      live.push_back(r);
+    } else if (proc.joined(r)) {
+      out += "rank " + std::to_string(r) + " state lost host " + proc.host(r) + "\n";
+    }
+  }
+  for (const auto& one : collectStatus(proc, live, std::chrono::milliseconds(2000))) {
+    out += "rank " + std::to_string(one.rank) + " state " + (one.error.empty() ? "alive" : "silent") +
+           " host " + one.host;
+    if (one.error.empty()) {
+      out += " pid " + std::to_string(one.pid) + " rss " + std::to_string(one.rssBytes) +
+             " actors " + std::to_string(one.actors) + " queued " + std::to_string(one.queued) +
+             " inflight " + std::to_string(one.requestsInFlight) + " handled " +
+             std::to_string(one.handled);
+    } else {
+      out += " error " + one.error;  // the rest of the line
+    }
+    out += "\n";
   }
   return out + "end\n";
 }
@@ -173,6 +200,8 @@ struct DebugServer::Impl {
     std::string command = line.substr(space + 1);
     if (command == "ping") {
       sendAll(client, "ok\n");
+    } else if (command == "status") {
+      sendAll(client, encodeStatus(proc));
     } else if (command == "stacks" || command == "stacks native") {
       bool native = command == "stacks native";
       std::vector<Rank> live;
@@ -182,7 +211,8 @@ struct DebugServer::Impl {
       auto bound = std::chrono::milliseconds(native ? 10000 : 5000);
       sendAll(client, encodeStacks(collectStacks(proc, live, native, bound)));
     } else {
-      sendAll(client, "error: no command '" + command + "' (ping, stacks, stacks native)\n");
+      sendAll(client,
+              "error: no command '" + command + "' (ping, status, stacks, stacks native)\n");
     }
   }
 };

@@ -117,12 +117,22 @@ class Proc {
   static Proc& current();
 
   Rank rank() const;
+  /// What this proc holds and has done, for status views (crown status).
+  struct Stats {
+    std::size_t actors = 0;            ///< hosted, system agents included
+    std::size_t queued = 0;            ///< messages waiting in their mailboxes
+    std::size_t requestsInFlight = 0;  ///< sent by this proc, not yet answered
+    std::uint64_t handled = 0;         ///< messages handled since start
+  };
+  Stats stats() const;
   /// Rank slots (Options::size): every rank is below it, not every slot is filled.
   Rank size() const;
   /// The host name of rank ("" when unknown).
   const std::string& host(Rank rank) const;
   /// Joined and not lost.
   bool alive(Rank rank) const;
+  /// Joined once (alive, or lost since): not a vacant slot.
+  bool joined(Rank rank) const;
   /// A vacant slot's rank joined: a process started to replace a lost one,
   /// on `host`, listening at `address` (its transport's). From here on it is
   /// alive and reachable. Throws ConfigError when the slot is not vacant or

@@ -9,7 +9,10 @@
 //   server: "crown-debug 1 NONCE\n"          (NONCE: 32 random bytes, hex)
 //   client: "HMAC COMMAND [ARGS]\n"           (HMAC-SHA256(token, nonce), hex)
 //   server: the answer, then closes; "refused: why\n" when the proof fails.
-// Commands: "ping" ("ok"); "stacks [native]": every live rank's stacks
+// Commands: "ping" ("ok"); "status": a line per rank that joined, "rank R
+// state alive host H pid P rss B actors A queued Q inflight I handled M" (or
+// "state lost host H", or "state silent host H error WHY"), then "end";
+// "stacks [native]": every live rank's stacks
 // (stacks.h), each as "rank R pid P host-bytes H python-bytes Y native-bytes
 // N error-bytes E\n" followed by those bytes, then "end\n".
 #pragma once

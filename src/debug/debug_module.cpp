@@ -1,7 +1,8 @@
-// The debug module (crown/debug/stacks.h): its stacks agent answers a
-// StacksRequest with this process's stacks. The Python dump is faulthandler's,
-// raised on the agent's own thread: raise() returns once the handler has
-// written every thread's traceback to the file, and no GIL is taken.
+// The debug module (crown/debug/stacks.h, status.h): its agent answers a
+// StacksRequest with this process's stacks, and a StatusRequest with its
+// proc's counts. The Python dump is faulthandler's, raised on the agent's
+// own thread: raise() returns once the handler has written every thread's
+// traceback to the file, and no GIL is taken.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "crown/actor/module.h"
 #include "crown/common/log.h"
 #include "crown/debug/stacks.h"
+#include "crown/debug/status.h"
 
 namespace crown::debug {
 namespace {
@@ -57,6 +59,41 @@ std::string nativeStacks() {
   return text;
 }
 
+std::uint64_t residentBytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0;
+  unsigned long long pages = 0, resident = 0;
+  int read = std::fscanf(statm, "%llu %llu", &pages, &resident);
+  std::fclose(statm);
+  return read == 2 ? resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// Asks every rank of `ranks` at once; a rank that does not answer by the
+// deadline, or is lost, is in the answer with `error` saying why.
+template <class Reply, class Request>
+std::vector<Reply> askAll(Proc& proc, std::uint64_t agent, const std::vector<Rank>& ranks,
+                          const Request& request, std::chrono::milliseconds timeout) {
+  std::vector<Future<Reply>> asked;
+  asked.reserve(ranks.size());
+  for (Rank rank : ranks) asked.push_back(proc.request<Reply>({rank, agent}, request));
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<Reply> out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    try {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      out.push_back(asked[i].get(std::max(left, std::chrono::milliseconds(1))));
+    } catch (const std::exception& e) {
+      Reply missing;
+      missing.rank = ranks[i];
+      missing.host = proc.host(ranks[i]);
+      missing.error = e.what();
+      out.push_back(std::move(missing));
+    }
+  }
+  return out;
+}
+
 class DebugModule : public Proc::Module {
  public:
   void install(Proc& proc, SystemIds& ids) override {
@@ -78,6 +115,7 @@ class DebugModule : public Proc::Module {
    public:
     explicit Agent(DebugModule& module) {
       handle<StacksRequest>([&module](const StacksRequest& request) { return module.stacks(request); });
+      handle<StatusRequest>([&module](const StatusRequest&) { return module.status(); });
     }
   };
 
@@ -97,6 +135,20 @@ class DebugModule : public Proc::Module {
       }
     }
     if (request.native) out.native = nativeStacks();
+    return out;
+  }
+
+  RankStatus status() {
+    RankStatus out;
+    out.rank = proc_->rank();
+    out.host = proc_->host(out.rank);
+    out.pid = static_cast<int>(::getpid());
+    out.rssBytes = residentBytes();
+    Proc::Stats stats = proc_->stats();
+    out.actors = stats.actors;
+    out.queued = stats.queued;
+    out.requestsInFlight = stats.requestsInFlight;
+    out.handled = stats.handled;
     return out;
   }
 
@@ -123,26 +175,12 @@ void setPythonStackDump(Proc& proc, int fd, int signal) { moduleOf(proc).setPyth
 
 std::vector<RankStacks> collectStacks(Proc& proc, const std::vector<Rank>& ranks, bool native,
                                       std::chrono::milliseconds timeout) {
-  std::uint64_t agent = moduleOf(proc).agentId();
-  std::vector<Future<RankStacks>> asked;
-  asked.reserve(ranks.size());
-  for (Rank rank : ranks) asked.push_back(proc.request<RankStacks>({rank, agent}, StacksRequest{native}));
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<RankStacks> out;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    try {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      out.push_back(asked[i].get(std::max(left, std::chrono::milliseconds(1))));
-    } catch (const std::exception& e) {
-      RankStacks missing;
-      missing.rank = ranks[i];
-      missing.host = proc.host(ranks[i]);
-      missing.error = e.what();
-      out.push_back(std::move(missing));
-    }
-  }
-  return out;
+  return askAll<RankStacks>(proc, moduleOf(proc).agentId(), ranks, StacksRequest{native}, timeout);
+}
+
+std::vector<RankStatus> collectStatus(Proc& proc, const std::vector<Rank>& ranks,
+                                      std::chrono::milliseconds timeout) {
+  return askAll<RankStatus>(proc, moduleOf(proc).agentId(), ranks, StatusRequest{}, timeout);
 }
 
 }  // namespace crown::debug
