@@ -126,7 +126,14 @@ class DebugModule : public Proc::Module {
     out.pid = static_cast<int>(::getpid());
     {
       std::lock_guard lock(mutex_);  // one dump at a time: they share the file
-      if (fd_ >= 0) {
+      // The signal's default would end the process: raised only while
+      // faulthandler still holds it (Python's exit gives it back).
+      struct sigaction current {};
+      bool registered = fd_ >= 0 && ::sigaction(signal_, nullptr, &current) == 0 &&
+                        current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
+      if (fd_ >= 0 && !registered) {
+        out.python = "(the Python stack dump is not registered any more: Python is exiting)";
+      } else if (fd_ >= 0) {
         if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) < 0 || ::raise(signal_) != 0) {
           out.python = "(the Python stack dump failed)";
         } else {
