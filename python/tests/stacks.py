@@ -42,8 +42,8 @@ def main():
                for ranks, frames in stacks.merged()), stacks.merged()
     assert "rank 2:" in str(stacks) and "ranks " in str(stacks)
     native = procs.slice(ranks=slice(1, 3)).stacks(native=True, timeout=10)
-    for rank in (1, 2):
-        assert native.by_rank[rank].native.strip(), native.by_rank[rank]
+    for rank in (1, 2):  # eu-stack's own output: a block per thread (launch/install-deps has it)
+        assert "TID " in native.by_rank[rank].native, native.by_rank[rank].native[:500]
     print(f"native stacks of rank 1:\n{native.by_rank[1].native[:400]}", flush=True)
     print("stacks done", flush=True)
 
