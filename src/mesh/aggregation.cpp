@@ -57,12 +57,22 @@ void Aggregation::childLost(const std::vector<std::size_t>& subtree,
                             const std::exception_ptr& error) {
   {
     std::lock_guard lock(mutex_);
-    for (std::size_t rank : subtree) add(failureEntry(rank, error));
+    for (std::size_t rank : subtree) {
+      // A hop lost mid-stream may have relayed some of its subtree's entries.
+      if (mode_ == CastMode::kStream && relayed_.count(rank)) continue;
+      add(failureEntry(rank, error));
+    }
   }
   finishPart();
 }
 
 void Aggregation::relay(CastEntry entry) {
+  std::lock_guard lock(mutex_);
+  relayLocked(std::move(entry));
+}
+
+void Aggregation::relayLocked(CastEntry&& entry) {
+  relayed_.insert(entry.rank);
   if (onEntry_) onEntry_(std::move(entry));
 }
 
@@ -71,7 +81,7 @@ void Aggregation::add(CastEntry&& entry) {
     case CastMode::kStream:
       // Handed on under the mutex, before this part is counted, so the
       // subtree's final answer never overtakes an entry.
-      relay(std::move(entry));
+      relayLocked(std::move(entry));
       return;
     case CastMode::kReduce:
       if (entry.ok) {

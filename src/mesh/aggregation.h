@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "crown/mesh/cast.h"
@@ -31,13 +32,16 @@ class Aggregation {
   /// Child hop `hop`'s subtree result (one part); `tree` names the members
   /// of a partial value that cannot be folded.
   void child(CastResult&& subtree, const CastTree& tree, std::size_t hop);
-  /// A child hop was lost: every member below it fails with `error` (one part).
+  /// A child hop was lost: every member below it fails with `error` (one part),
+  /// but for those whose entry has been relayed up already (stream mode):
+  /// each member has one entry.
   void childLost(const std::vector<std::size_t>& subtree, const std::exception_ptr& error);
   /// Stream mode: an entry relayed from below; not a part.
   void relay(CastEntry entry);
 
  private:
-  void add(CastEntry&& entry);  // with mutex_ held
+  void add(CastEntry&& entry);           // with mutex_ held
+  void relayLocked(CastEntry&& entry);   // with mutex_ held
   /// Folds `value` into the result; the error when it cannot be.
   std::exception_ptr fold(const std::string& type, const wire::Bytes& value);
   void finishPart();
@@ -51,6 +55,7 @@ class Aggregation {
   std::mutex mutex_;
   std::size_t remaining_;
   CastResult result_;
+  std::set<std::uint64_t> relayed_;  // stream mode: the members whose entry went up
 };
 
 }  // namespace crown::mesh::detail

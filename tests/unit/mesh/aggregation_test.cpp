@@ -66,6 +66,31 @@ TEST(Aggregation, AnUnfoldableSubtreeValueFailsThatSubtreesMembers) {
   }
 }
 
+TEST(Aggregation, AHopLostMidStreamFailsOnlyTheMembersItHadNotRelayed) {
+  // Ranks 0..15, k=2: the hop's child relayed two of its subtree's entries
+  // (its own, and a failure of a member lost before), then was lost.
+  CastTree tree(Slice::rowMajor({16}, 0), 2);
+  std::size_t hop = tree.rootChildren()[0];
+  std::size_t child = tree.children(hop)[0];
+  std::vector<std::size_t> below = tree.subtree(child);
+  ASSERT_GE(below.size(), 3u);  // one member below it never relayed
+  std::multiset<std::uint64_t> upward;
+  std::optional<CastResult> result;
+  detail::Aggregation aggregation(CastMode::kStream, "", 2,
+                                  [&](CastResult&& r) { result = std::move(r); },
+                                  [&](CastEntry&& entry) { upward.insert(entry.rank); });
+  aggregation.member(okEntry(hop, 1));
+  aggregation.relay(okEntry(below[0], 2));
+  aggregation.relay(crown::mesh::detail::failureEntry(
+      below[1], std::make_exception_ptr(ProcessLost(static_cast<Rank>(below[1]), "h", "gone"))));
+  aggregation.childLost(below, std::make_exception_ptr(ProcessLost(static_cast<Rank>(child), "h",
+                                                                   "lost mid-stream")));
+  ASSERT_TRUE(result.has_value());
+  std::multiset<std::uint64_t> expected(below.begin(), below.end());
+  expected.insert(hop);
+  EXPECT_EQ(upward, expected) << "each member's entry goes up once";
+}
+
 // "test-times:N": multiplies both values, then by N (the key carries N, as
 // Python's keys carry their combine function).
 const bool kTimesRegistered =
