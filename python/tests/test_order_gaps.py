@@ -95,9 +95,19 @@ def test_broadcasts_beyond_the_window_reach_the_unhandled_fault_hook(recorders):
     default = crown.actor.unhandled_fault_hook
     crown.actor.unhandled_fault_hook = hook
     try:
+        def send_through_the_stopped_hop():
+            for n in range(10):
+                recorders.note.broadcast("b", n)
+            # Rank 0 forwards each to rank 2 and rank 3 at once: once rank 3 has all
+            # ten, those to rank 2 sit in its sockets (a loaded machine may be slower
+            # than the kill, and rank 0 would then route around the dead hop instead).
+            deadline = time.monotonic() + 10
+            while (len(recorders.slice(procs=3).seen.call_one("b").get(timeout=10)) < 10
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+
         # 10 lost in rank 2's sockets; rank 0 (its parent) resends the last 4.
-        kill_after_stop(recorders, 2,
-                        lambda: [recorders.note.broadcast("b", n) for n in range(10)])
+        kill_after_stop(recorders, 2, send_through_the_stopped_hop)
         with arrived:
             arrived.wait_for(lambda: len(reports) >= 3, timeout=15)
         time.sleep(0.2)  # one report per member, no more
