@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "crown/common/env.h"
+#include "crown/common/log.h"
 #include "crown/mesh/point.h"
 #include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
@@ -36,6 +37,8 @@ struct Stream {
   std::mt19937_64 generator;
   detail::StreamThread thread;  // last: goes first, while the members it uses live
 };
+
+constexpr std::chrono::seconds kAwaitTimeout{60};
 
 struct BorrowState {
   StreamId lender = 0, borrower = 0;
@@ -65,6 +68,7 @@ struct Engine::Impl {
       // collectively here (Collectives' constructor).
       it = streams.emplace(id, std::make_unique<Stream>(proc, point.shape, id, seed, queueBound))
                .first;
+      for (const auto& other : awaited) it->second->thread.post([other] { other->wait(); });
     }
     return *it->second;
   }
@@ -104,6 +108,8 @@ struct Engine::Impl {
       borrow(*b);
     } else if (auto* r = std::get_if<ReturnBorrow>(&command)) {
       giveBack(*r);
+    } else if (auto* a = std::get_if<AwaitEngine>(&command)) {
+      awaitEngine(*a);
     } else if (auto* d = std::get_if<Delete>(&command)) {
       afterEveryStream([this, refs = d->refs] {
         for (RefId ref : refs) this->refs.erase(ref);
@@ -142,6 +148,65 @@ struct Engine::Impl {
     // The lender's later commands may write the tensor: not before the
     // borrower is done with it.
     stream(b.lender).thread.post([b] { b.returned->wait(); });
+  }
+
+  // AwaitEngine: the current stream waits for the other engine, and every
+  // other stream (those made later too) waits for the current one to be
+  // done waiting. Bounded: a batch of the other mesh that never comes (a
+  // lost hop of its cast) must not hold this mesh for good.
+  void awaitEngine(const AwaitEngine& a) {
+    if (!a.where.contains(proc.rank())) return;
+    std::erase_if(awaited, [](const auto& latch) { return latch->isSet(); });
+    auto done = std::make_shared<Latch>();
+    const ActorId other{proc.rank(), a.engine};
+    stream(current).thread.post([other, a, done] {
+      if (!Engine::awaitRun(other, a.batches, kAwaitTimeout)) {
+        log::get().warn("tensor engine: the engine of the mesh that shares a view with this one "
+                        "was not given its batch {} within {} s; going on without it",
+                        a.batches, kAwaitTimeout.count());
+      }
+      done->set();
+    });
+    for (auto& [id, s] : streams) {
+      if (id != current) s->thread.post([done] { done->wait(); });
+    }
+    awaited.push_back(done);
+  }
+
+  // Batch `number` is run once every stream has run its part: the last
+  // stream to get there counts it. Streams run in order, so a batch run
+  // means every batch before it was run too (hence max).
+  void countRunOnEveryStream(std::uint64_t number) {
+    auto left = std::make_shared<std::atomic<std::size_t>>(streams.size());
+    for (auto& [id, s] : streams) {
+      s->thread.post([this, left, number] {
+        if (--*left != 0) return;
+        {
+          std::lock_guard lock(batchMutex);
+          batchesRun = std::max(batchesRun, number);
+        }
+        batchArrived.notify_all();
+      });
+    }
+  }
+
+  // Waits until this engine has run its first `count` batches, and no
+  // more: what it was given after them may await the caller (AwaitEngine
+  // the other way), which a drain would wait for.
+  bool waitRun(std::uint64_t count, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(batchMutex);
+    return batchArrived.wait_until(lock, deadline, [&] { return batchesRun >= count; });
+  }
+
+  // Waits until this engine has been given `count` batches and has run them.
+  bool waitGiven(std::uint64_t count, std::chrono::steady_clock::time_point deadline) {
+    {
+      std::unique_lock lock(batchMutex);
+      if (!batchArrived.wait_until(lock, deadline, [&] { return batches >= count; }))
+        return false;
+    }
+    drainAll();
+    return true;
   }
 
   // Runs `task` once every stream has run what it was given before: a
@@ -278,10 +343,12 @@ struct Engine::Impl {
   std::atomic<std::uint64_t> ran{0};
   std::mutex batchMutex;
   std::condition_variable batchArrived;
-  std::uint64_t batches = 0;  // given so far, under batchMutex
+  std::uint64_t batches = 0;     // given so far, under batchMutex
+  std::uint64_t batchesRun = 0;  // run by every stream, under batchMutex
   // The dispatcher's own.
   StreamId current = 0;
   std::map<std::uint64_t, BorrowState> borrows;
+  std::vector<std::shared_ptr<Latch>> awaited;  // AwaitEngines not yet over
   std::map<StreamId, std::unique_ptr<Stream>> streams;  // last: their threads use the above
 };
 
@@ -291,6 +358,7 @@ namespace {
 // Proc, which may be a static's that outlives any static here.
 struct Engines {
   std::mutex mutex;
+  std::condition_variable added;
   std::map<std::pair<Rank, std::uint64_t>, Engine*> byId;
 };
 Engines& engines() {
@@ -307,12 +375,15 @@ Engine::Engine(std::uint64_t seed) {
       std::lock_guard lock(engines().mutex);
       engines().byId[{id().rank, id().local}] = this;
       registered_ = true;
+      engines().added.notify_all();
     }
     impl_->dispatchBatch(batch.commands);
+    std::uint64_t number = 0;
     {
       std::lock_guard lock(impl_->batchMutex);
-      ++impl_->batches;
+      number = ++impl_->batches;
     }
+    impl_->countRunOnEveryStream(number);
     impl_->batchArrived.notify_all();
   });
   handle<FetchShard>([this](const FetchShard& fetch) {
@@ -339,17 +410,28 @@ Engine* Engine::find(const ActorId& id) {
 
 void Engine::define(RefId ref, LocalTensor tensor) { impl_->refs.define(ref, std::move(tensor)); }
 
+bool Engine::awaitRun(const ActorId& id, std::uint64_t batches,
+                        std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Engine* engine = nullptr;
+  {
+    // It registers with its first batch, which may not have come yet.
+    std::unique_lock lock(engines().mutex);
+    engines().added.wait_until(lock, deadline,
+                               [&] { return engines().byId.count({id.rank, id.local}) != 0; });
+    auto it = engines().byId.find({id.rank, id.local});
+    if (it == engines().byId.end()) return false;
+    engine = it->second;
+  }
+  return engine->impl_->waitRun(batches, deadline);
+}
+
 LocalTensor Engine::shard(RefId ref, std::uint64_t batches,
                           std::chrono::milliseconds timeout) const {
-  {
-    std::unique_lock lock(impl_->batchMutex);
-    if (!impl_->batchArrived.wait_for(lock, timeout,
-                                      [&] { return impl_->batches >= batches; })) {
-      throw Error("the tensor engine has not been given the commands that make ref " +
-                  std::to_string(ref) + " within " + std::to_string(timeout.count()) + " ms");
-    }
+  if (!impl_->waitGiven(batches, std::chrono::steady_clock::now() + timeout)) {
+    throw Error("the tensor engine has not been given the commands that make ref " +
+                std::to_string(ref) + " within " + std::to_string(timeout.count()) + " ms");
   }
-  impl_->drainAll();
   auto value = impl_->refs.find(ref);
   if (!value) throw Error("ref " + std::to_string(ref) + " is not defined on this proc");
   if (auto* poison = std::get_if<RefTable::Poison>(&*value)) throw Error((*poison)->describe());

@@ -49,15 +49,25 @@ void TensorClient::moveTo(TensorClient& target, RefId ref, RefId result, bool vi
   t.view = view;
   t.routes = transferRoutes(shape(), target.shape());
   t.origin = std::move(origin);
+  std::lock_guard lock(viewGroupsMutex());
+  if (view) joinViewGroupLocked(target);
+  // What either mesh was given before goes first, the target's ordered
+  // after ours as every flush of a view group is (AwaitEngine).
+  flushGroupLocked();
+  target.flushGroupLocked();
   Transfer sending = t;
   sending.sending = true;
-  record(std::move(sending));
+  append(std::move(sending));
   // Both halves go out now: a source engine waits (its stream held) until
   // its receivers take the bytes, so a receive left in the target's batch
   // would stall every later command of the source, a fetch included.
-  flush();
-  target.record(std::move(t));
-  target.flush();
+  flushLocked();
+  // The receive waits for the send by itself. An AwaitEngine for the send's
+  // batch must not come before it: it could not end before the receive has
+  // run (the sender of a big shard waits for its receiver).
+  target.awaited_[serial_] = batchesSent_;
+  target.append(std::move(t));
+  target.flushLocked();
 }
 
 }  // namespace crown::tensor

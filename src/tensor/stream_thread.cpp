@@ -49,6 +49,11 @@ void Latch::set() {
   set_.notify_all();
 }
 
+bool Latch::isSet() {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
 void Latch::wait() {
   std::unique_lock lock(mutex_);
   set_.wait(lock, [this] { return done_; });

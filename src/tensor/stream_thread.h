@@ -49,6 +49,7 @@ class Latch {
  public:
   void set();
   void wait();
+  bool isSet();
 
  private:
   std::mutex mutex_;

@@ -8,8 +8,18 @@
 
 namespace crown::tensor {
 
+namespace {
+std::atomic<std::uint64_t> nextClientSerial{1};
+}  // namespace
+
+std::mutex& TensorClient::viewGroupsMutex() {
+  static std::mutex* mutex = new std::mutex;  // leaked: clients may outlive the statics
+  return *mutex;
+}
+
 TensorClient::TensorClient(const ProcMesh& procs, std::uint64_t seed)
     : engines_(procs.spawn<Engine>("tensor-engine", seed)),
+      serial_(nextClientSerial++),
       batchLimit_(static_cast<std::size_t>(env::integer("CROWN_TENSOR_BATCH", 256, 1, 1 << 20))) {}
 
 TensorClient::~TensorClient() {
@@ -17,6 +27,54 @@ TensorClient::~TensorClient() {
     flush();  // the last deletes
   } catch (...) {  // NOLINT: the mesh may be gone at shutdown; nothing left to free then
   }
+  std::lock_guard lock(viewGroupsMutex());
+  if (viewGroup_) std::erase(viewGroup_->members, this);
+}
+
+void TensorClient::joinViewGroupLocked(TensorClient& other) {
+  if (!viewGroup_) viewGroup_ = std::make_shared<ViewGroup>(ViewGroup{{this}});
+  if (other.viewGroup_ == viewGroup_) return;
+  std::vector<TensorClient*> joining{&other};
+  if (other.viewGroup_) joining = other.viewGroup_->members;
+  for (TensorClient* member : joining) {
+    member->viewGroup_ = viewGroup_;
+    viewGroup_->members.push_back(member);
+  }
+}
+
+void TensorClient::flushGroupLocked() {
+  if (!viewGroup_) return flushLocked();
+  // The others first: what they were given before goes out before our batch
+  // that awaits it.
+  for (TensorClient* member : viewGroup_->members) {
+    if (member != this) member->flushLocked();
+  }
+  flushLocked();
+}
+
+void TensorClient::flushLocked() {
+  std::lock_guard lock(mutex_);
+  if (!dropped_.empty()) pending_.commands.push_back(Delete{std::move(dropped_)});
+  dropped_.clear();
+  if (viewGroup_) {
+    std::vector<Command> awaits;
+    for (const TensorClient* member : viewGroup_->members) {
+      if (member == this) continue;
+      const std::uint64_t sent = member->batchesSent_;
+      std::uint64_t& awaited = awaited_[member->serial_];
+      if (sent > awaited) {
+        awaits.emplace_back(AwaitEngine{member->engineLocal(), sent, member->shape()});
+        awaited = sent;
+      }
+    }
+    pending_.commands.insert(pending_.commands.begin(), awaits.begin(), awaits.end());
+  }
+  if (pending_.commands.empty()) return;
+  CommandBatch batch = std::move(pending_);
+  pending_.commands.clear();
+  // Under the lock: batches leave in the order they are counted.
+  engines_.broadcast(batch);
+  ++batchesSent_;
 }
 
 RefId TensorClient::newRef() {
@@ -40,24 +98,11 @@ void TensorClient::drop(RefId ref) {
 }
 
 void TensorClient::flush() {
-  CommandBatch batch;
-  {
-    std::lock_guard lock(mutex_);
-    if (!dropped_.empty()) pending_.commands.push_back(Delete{std::move(dropped_)});
-    dropped_.clear();
-    if (pending_.commands.empty()) return;
-    batch = std::move(pending_);
-    pending_.commands.clear();
-    // Under the lock: batches leave in the order they are counted.
-    engines_.broadcast(batch);
-    ++batchesSent_;
-  }
+  std::lock_guard lock(viewGroupsMutex());
+  flushGroupLocked();
 }
 
-std::uint64_t TensorClient::batchesSent() const {
-  std::lock_guard lock(mutex_);
-  return batchesSent_;
-}
+std::uint64_t TensorClient::batchesSent() const { return batchesSent_; }
 
 Future<FetchReply> TensorClient::fetchReply(RefId ref, std::size_t rank) {
   flush();

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "crown/mesh/shape.h"
 #include "crown/tensor/local_tensor.h"
 #include "crown/wire/serialize.h"
 
@@ -141,8 +142,24 @@ struct Transfer {
   }
 };
 
-using Command =
-    std::variant<Call, Collective, Delete, SwitchStream, Borrow, ReturnBorrow, Transfer>;
+/// The commands after this one, on every stream, wait until this proc's
+/// engine of actor `engine` (another mesh's, on the same procs) has been
+/// given `batches` batches and run them. The controller sends it between
+/// meshes that share shards (slice_mesh's views): a read or write through
+/// one mesh then comes after the other's earlier writes, in program order,
+/// though the two meshes' casts travel apart.
+struct AwaitEngine {
+  std::uint64_t engine = 0;  ///< the other engines' actor id, the same on every proc
+  std::uint64_t batches = 0;
+  mesh::Shape where;  ///< the other engines' procs: on the rest there is nothing to wait for
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& engine& batches& where;
+  }
+};
+
+using Command = std::variant<Call, Collective, Delete, SwitchStream, Borrow, ReturnBorrow,
+                             Transfer, AwaitEngine>;
 
 /// What a flush casts: commands run in this order on every proc (ORD-1
 /// keeps the batches of one controller in order too).
@@ -176,6 +193,7 @@ struct CommandBatch {
         case 4: commands.push_back(read<Borrow>(archive)); break;
         case 5: commands.push_back(read<ReturnBorrow>(archive)); break;
         case 6: commands.push_back(read<Transfer>(archive)); break;
+        case 7: commands.push_back(read<AwaitEngine>(archive)); break;
         default: throw ProtocolError("unknown tensor command " + std::to_string(index));
       }
     }

@@ -27,6 +27,11 @@ class Engine : public Actor {
   /// is passed a mesh tensor gets its shard here).
   static Engine* find(const ActorId& id);
 
+  /// Waits until the engine of actor `id` in this process exists and has
+  /// run its first `batches` batches (AwaitEngine); false after `timeout`.
+  static bool awaitRun(const ActorId& id, std::uint64_t batches,
+                         std::chrono::milliseconds timeout);
+
   /// The shard behind `ref` here, once this engine has been given `batches`
   /// batches and run every command of them (the caller's message may come
   /// before the batch that defines the ref: it waits at most `timeout`).

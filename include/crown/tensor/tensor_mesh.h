@@ -10,6 +10,7 @@
 // Thread-safe: a mutex guards the batch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,16 +60,37 @@ class TensorClient {
   /// become `result` (a ref of `target`), by the routes of
   /// transferRoutes(), and flushes both clients. Between two
   /// engines of one proc nothing goes over MPI: the target gets a copy, or
-  /// with `view` the shard itself (writes to either show in both).
+  /// with `view` the shard itself (writes to either show in both). A view
+  /// joins the two clients' view group (viewGroup_).
   void moveTo(TensorClient& target, RefId ref, RefId result, bool view = false,
               std::string origin = {});
 
  private:
+  // The clients whose engines share shards (views) form a view group,
+  // transitively: a view of a view is ordered after the first mesh too. A
+  // flush starts with an AwaitEngine for each other member that has sent
+  // batches since this client's last flush, even with nothing else to
+  // send (a fetch): the meshes' casts travel apart, and a view must not be
+  // read or written ahead of the other mesh's earlier commands; the others'
+  // pending commands are flushed first. One process-wide mutex
+  // (viewGroupsMutex) guards groups, awaited_ and every flush, taken before
+  // mutex_: the flushes of a group must not interleave.
+  struct ViewGroup {
+    std::vector<TensorClient*> members;
+  };
+  static std::mutex& viewGroupsMutex();
+  void joinViewGroupLocked(TensorClient& other);
+  void flushGroupLocked();  // every member's pending batch, this one's last
+  void flushLocked();       // this one's
+
   ActorMesh<Engine> engines_;
   mutable std::mutex mutex_;
   CommandBatch pending_;
   std::vector<RefId> dropped_;
-  std::uint64_t batchesSent_ = 0;
+  std::atomic<std::uint64_t> batchesSent_{0};  // read by the view group's others
+  const std::uint64_t serial_;                 // names this client in others' awaited_
+  std::shared_ptr<ViewGroup> viewGroup_;       // null until the first view
+  std::map<std::uint64_t, std::uint64_t> awaited_;  // serial -> batches awaited
   RefId nextRef_ = 1;
   std::size_t batchLimit_;
 };

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "crown/mesh/sim.h"
 #include "crown/tensor/kernel.h"
@@ -38,6 +39,17 @@ std::string failureOf(const Future<LocalTensor>& fetched) {
   }
   return "(no failure)";
 }
+
+// Writes reals[0] into its input in place, after a pause: a read through
+// another mesh's view that did not wait for it sees the value before.
+const bool kSlowWriteRegistered = [] {
+  registerKernel("test.slow_write", [](KernelContext& context, const std::vector<LocalTensor>& in) {
+    std::this_thread::sleep_for(200ms);
+    *in.at(0).data<double>() = context.call.reals.at(0);
+    return std::vector<LocalTensor>{in.at(0)};
+  });
+  return true;
+}();
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -199,6 +211,35 @@ TEST_F(EngineTest, ToMeshOfTheSameProcsHandsEachShardOverInMemory) {
   }
 }
 
+TEST_F(EngineTest, AViewOnAnotherMeshIsReadAndWrittenInProgramOrder) {
+  TensorMesh row(ProcMesh(sim.world().shape().at("dp", 1)));  // ranks 2 and 3, as {tp: 2}
+  TensorClient& grid = tm.client();
+  TensorClient& slice = row.client();
+  auto write = [](TensorClient& client, RefId ref, double value) {
+    client.record(Call{"test.slow_write", {ref}, {ref}, ScalarType::f64, {}, {value}, {}, {}});
+  };
+  RefId x = grid.newRef();
+  grid.record(Call{"fill", {}, {x}, ScalarType::f64, {1}, {1.0}, {}, {}});
+  RefId view = slice.newRef();
+  grid.moveTo(slice, x, view, /*view=*/true);
+  write(grid, x, 9);
+  EXPECT_EQ(slice.fetch(view, 3).get(10s).item(), 9.0);  // not 1: after the grid's write
+  write(slice, view, 5);
+  EXPECT_EQ(grid.fetch(x, 2).get(10s).item(), 5.0);  // and the grid's read after the slice's
+  // A view of the view is ordered after the first mesh too.
+  TensorMesh one(ProcMesh(sim.world().shape().at("dp", 1).at("tp", 1)));
+  RefId inner = one.client().newRef();
+  slice.moveTo(one.client(), view, inner, /*view=*/true);
+  write(grid, x, 7);
+  EXPECT_EQ(one.client().fetch(inner, 3).get(10s).item(), 7.0);
+  // The grid's procs outside the slice have none of its engines: nothing to wait for there.
+  write(slice, view, 3);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(grid.fetch(x, 0).get(10s).item(), 7.0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(grid.fetch(x, 3).get(10s).item(), 3.0);
+}
+
 TEST(TransferRoutes, FollowCoordinatesThenProcsAndNameWhatCannotBeMapped) {
   mesh::Shape grid({{"dp", 2}, {"tp", 2}});
   using Routes = std::vector<std::pair<Rank, Rank>>;
@@ -216,8 +257,9 @@ TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
                                       3, 4, 1, "b.py:9"});
   batch.commands.push_back(Delete{{1, 2, 3}});
   batch.commands.push_back(Transfer{true, false, 7, 3, 5, {{0, 2}, {1, 1}}, "c.py:1"});
+  batch.commands.push_back(AwaitEngine{12, 34, mesh::Shape({{"dp", 2}, {"tp", 2}}).at("dp", 1)});
   auto back = wire::fromBytes<CommandBatch>(wire::toBytes(batch));
-  ASSERT_EQ(back.commands.size(), 4u);
+  ASSERT_EQ(back.commands.size(), 5u);
   const auto& call = std::get<Call>(back.commands[0]);
   EXPECT_EQ(call.kernel, "fill");
   EXPECT_EQ(call.inputs, (std::vector<RefId>{1, 2}));
@@ -235,6 +277,10 @@ TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
   EXPECT_EQ(transfer.id, 7u);
   EXPECT_EQ(transfer.routes, (std::vector<std::pair<Rank, Rank>>{{0, 2}, {1, 1}}));
   EXPECT_EQ(transfer.origin, "c.py:1");
+  const auto& await = std::get<AwaitEngine>(back.commands[4]);
+  EXPECT_EQ(await.engine, 12u);
+  EXPECT_EQ(await.batches, 34u);
+  EXPECT_EQ(await.where.ranks(), (std::vector<std::size_t>{2, 3}));
   std::string bytes = wire::toBytes(batch);
   bytes[8] = 9;  // the first command's kind
   EXPECT_THROW(wire::fromBytes<CommandBatch>(bytes), ProtocolError);
