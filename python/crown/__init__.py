@@ -29,6 +29,7 @@ import traceback
 
 from . import _crown, _placement, _stacks
 from .actor import ProcMesh
+from . import _logs
 
 __all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "fetch_shard", "inspect",
            "remote", "no_mesh", "Stream", "RemoteException"]
@@ -52,6 +53,7 @@ def init(argv=None) -> "Controller":
     if not _crown.initialised():
         rank = _crown.init(list(sys.argv if argv is None else argv))
         _stacks.install()  # procs.stacks() reaches this rank's Python threads from here on
+        _logs.install(rank)  # a worker's output reaches the controller's terminal
         if rank != 0:
             _exit(_crown.serve())
     return Controller()
@@ -101,7 +103,7 @@ def shutdown(code: int = 0) -> int:
 
     if _supervision.unhandled and code == 0:
         code = 1
-    sys.stdout.flush()
+    _logs.flush()  # every worker's output so far, before the job ends
     engines = sys.modules.get("crown.tensor._engine")
     if engines is not None:
         engines.finish_all()  # no tensor work left running while the ranks exit

@@ -29,6 +29,7 @@ import asyncio
 import functools
 import inspect
 import itertools
+import logging
 import math
 import queue
 import sys
@@ -571,6 +572,24 @@ class ProcMesh(_Sliceable):
         from . import _stacks
 
         return _stacks.collect(self._shape.ranks(), native, timeout)
+
+    def logging_option(self, stream_to_client: bool = False,
+                       aggregate_window_sec: Optional[float] = None,
+                       level: int = logging.INFO) -> Future:
+        """Monarch's knobs (and defaults) for the output of these procs.
+        With ``stream_to_client`` their stdout, stderr and logging records
+        reach the controller's terminal as "[rank 3] ...", and with
+        ``aggregate_window_sec`` the same line from many ranks within that
+        many seconds is printed once ("[ranks 0-15] ..."; None or 0: each
+        line at once). Without it each rank writes to its own file under
+        CROWN_LOG_DIR (default ./crown-logs), whose name is printed; a window
+        then raises ValueError. ``level`` is the level of every rank's root
+        logger. Until the first call, output is forwarded with a window of
+        CROWN_LOG_WINDOW (3 s). Returns a done Future."""
+        from . import _logs
+
+        _logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
+        return Future(lambda timeout: None)
 
     def respawn_lost(self) -> "ProcMesh":
         """The same mesh at full size again: each lost rank is replaced by a

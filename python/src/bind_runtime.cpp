@@ -13,6 +13,7 @@
 #include "crown/actor/lost_messages.h"
 #include "crown/bootstrap/controller.h"
 #include "crown/common/log.h"
+#include "crown/debug/logs.h"
 #include "crown/debug/stacks.h"
 #include "crown/mesh/world_shape.h"
 #include "crown/supervision/module.h"
@@ -135,6 +136,30 @@ void bindRuntime(py::module_& m) {
       },
       py::arg("ranks"), py::arg("native"), py::arg("timeout"),
       "(rank, host, pid, python, native, error) of each rank, asked of all at once.");
+  m.def(
+      "forward_output",
+      [](int stream, const std::string& text) {
+        debug::forwardOutput(Runtime::current().proc(), stream, text);
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "On a worker: text written to stream 1 (stdout) or 2 (stderr) goes to the controller, "
+      "line by line.");
+  m.def(
+      "set_log_window",
+      [](double seconds) {
+        debug::setLogWindow(Runtime::current().proc(),
+                            std::chrono::milliseconds(static_cast<long>(seconds * 1000)));
+      },
+      "On the controller: the same line from many ranks within this many seconds is printed "
+      "once, with the ranks (0: every line at once).");
+  m.def(
+      "flush_logs",
+      [](double timeout) {
+        debug::flushLogs(Runtime::current().proc(),
+                         std::chrono::milliseconds(static_cast<long>(timeout * 1000)));
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "On the controller: the other ranks send what they hold, then every line so far is printed.");
   m.def(
       "respawn",
       [](const std::vector<Rank>& lost) { return Runtime::current().respawn(lost); },

@@ -14,8 +14,10 @@
 #include "crown/actor/actor.h"
 #include "crown/actor/module.h"
 #include "crown/common/log.h"
+#include "crown/debug/logs.h"
 #include "crown/debug/stacks.h"
 #include "crown/debug/status.h"
+#include "debug/log_relay.h"
 
 namespace crown::debug {
 namespace {
@@ -99,7 +101,20 @@ class DebugModule : public Proc::Module {
   void install(Proc& proc, SystemIds& ids) override {
     proc_ = &proc;
     agent_ = ids.claim();
+    forwarder_ = std::make_unique<detail::LogForwarder>(proc, ActorId{0, agent_});
     proc.spawnLocalAt(agent_, std::make_unique<Agent>(*this), "stacks-agent");
+  }
+
+  void stop() override {
+    std::lock_guard lock(mutex_);
+    if (collector_) collector_->print();
+  }
+
+  detail::LogForwarder& forwarder() { return *forwarder_; }
+  detail::LogCollector& collector() {
+    std::lock_guard lock(mutex_);
+    if (!collector_) collector_ = std::make_unique<detail::LogCollector>();
+    return *collector_;
   }
 
   void setPythonDump(int fd, int signal) {
@@ -116,6 +131,15 @@ class DebugModule : public Proc::Module {
     explicit Agent(DebugModule& module) {
       handle<StacksRequest>([&module](const StacksRequest& request) { return module.stacks(request); });
       handle<StatusRequest>([&module](const StatusRequest&) { return module.status(); });
+      handle<LogLines>([&module](const LogLines& lines) { module.collector().add(lines); });
+      handle<FlushLogsRequest>([&module](const FlushLogsRequest&) {
+        module.forwarder().flushPartial();  // after this rank's earlier lines, before the reply
+        return LogsFlushed{};
+      });
+      handle<PrintLogsRequest>([&module](const PrintLogsRequest&) {
+        module.collector().print();  // every line that came before this request did
+        return LogsFlushed{};
+      });
     }
   };
 
@@ -164,6 +188,8 @@ class DebugModule : public Proc::Module {
   std::mutex mutex_;
   int fd_ = -1;
   int signal_ = 0;
+  std::unique_ptr<detail::LogForwarder> forwarder_;
+  std::unique_ptr<detail::LogCollector> collector_;  // the controller's, made on first use
 };
 
 DebugModule& moduleOf(Proc& proc) {
@@ -183,6 +209,30 @@ void setPythonStackDump(Proc& proc, int fd, int signal) { moduleOf(proc).setPyth
 std::vector<RankStacks> collectStacks(Proc& proc, const std::vector<Rank>& ranks, bool native,
                                       std::chrono::milliseconds timeout) {
   return askAll<RankStacks>(proc, moduleOf(proc).agentId(), ranks, StacksRequest{native}, timeout);
+}
+
+void forwardOutput(Proc& proc, int stream, std::string_view text) {
+  moduleOf(proc).forwarder().write(stream, text);
+}
+
+void setLogWindow(Proc& proc, std::chrono::milliseconds window) {
+  moduleOf(proc).collector().setWindow(window);
+}
+
+void flushLogs(Proc& proc, std::chrono::milliseconds timeout) {
+  DebugModule& module = moduleOf(proc);
+  std::vector<Rank> ranks;
+  for (Rank r = 0; r < proc.size(); ++r) {
+    if (r != proc.rank() && proc.alive(r)) ranks.push_back(r);
+  }
+  askAll<LogsFlushed>(proc, module.agentId(), ranks, FlushLogsRequest{}, timeout);
+  // Each rank's lines came before its answer; the controller's agent has
+  // them in its mailbox, ahead of this request.
+  try {
+    proc.request<LogsFlushed>({proc.rank(), module.agentId()}, PrintLogsRequest{}).get(timeout);
+  } catch (const std::exception&) {  // NOLINT: print what did come, below
+  }
+  module.collector().print();
 }
 
 std::vector<RankStatus> collectStatus(Proc& proc, const std::vector<Rank>& ranks,
