@@ -64,7 +64,10 @@ class _Forwarded(io.TextIOBase):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if text:
-            _crown.forward_output(self._stream, text)
+            try:
+                _crown.forward_output(self._stream, text)
+            except Exception:  # noqa: BLE001 - crown is gone (the very end): the launcher's stream
+                self._original.write(text)
         return len(text)
 
     def fileno(self) -> int:
