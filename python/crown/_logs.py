@@ -26,6 +26,10 @@ from .actor import Actor, endpoint
 DEFAULT_WINDOW = 3.0  # Monarch's aggregate_window_sec
 
 
+def _log_dir() -> str:
+    return os.path.abspath(os.environ.get("CROWN_LOG_DIR", "crown-logs"))
+
+
 class _Bytes:
     """sys.stdout.buffer of a forwarded stream: bytes as UTF-8 text."""
 
@@ -153,7 +157,7 @@ def install(rank: int) -> None:
     elif _forward_of_env():
         _forward()
     else:
-        _to_file(os.environ.get("CROWN_LOG_DIR", "crown-logs"))
+        _to_file(_log_dir())
 
 
 def apply(forward: bool, level: int, directory: str) -> Optional[str]:
@@ -203,8 +207,7 @@ def logging_option(procs, stream_to_client: bool, aggregate_window_sec, level: i
     if stream_to_client:
         _crown.set_log_window(float(aggregate_window_sec or 0))
     control = procs.spawn("crown-logging", LogControl)
-    directory = os.path.abspath(os.environ.get("CROWN_LOG_DIR", "crown-logs"))
-    files = [name for name in control.apply.call(stream_to_client, level, directory).get()
+    files = [name for name in control.apply.call(stream_to_client, level, _log_dir()).get()
              .values() if name]
     control.stop()
     if files:

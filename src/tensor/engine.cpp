@@ -173,21 +173,17 @@ struct Engine::Impl {
     awaited.push_back(done);
   }
 
-  // Batch `number` is run once every stream has run its part: the last
-  // stream to get there counts it. Streams run in order, so a batch run
-  // means every batch before it was run too (hence max).
+  // Batch `number` is run once every stream has run its part. Streams run
+  // in order, so a batch run means every batch before it was run too
+  // (hence max).
   void countRunOnEveryStream(std::uint64_t number) {
-    auto left = std::make_shared<std::atomic<std::size_t>>(streams.size());
-    for (auto& [id, s] : streams) {
-      s->thread.post([this, left, number] {
-        if (--*left != 0) return;
-        {
-          std::lock_guard lock(batchMutex);
-          batchesRun = std::max(batchesRun, number);
-        }
-        batchArrived.notify_all();
-      });
-    }
+    onceEveryStreamRan([this, number] {
+      {
+        std::lock_guard lock(batchMutex);
+        batchesRun = std::max(batchesRun, number);
+      }
+      batchArrived.notify_all();
+    });
   }
 
   // Waits until this engine has run its first `count` batches, and no
@@ -210,10 +206,15 @@ struct Engine::Impl {
   }
 
   // Runs `task` once every stream has run what it was given before: a
-  // delete must not overtake a use of the ref on another stream. No stream
-  // waits: the last to get there runs it.
+  // delete must not overtake a use of the ref on another stream. Counted
+  // as a command.
   void afterEveryStream(std::function<void()> task) {
     ++ran;
+    onceEveryStreamRan(std::move(task));
+  }
+
+  // No stream waits: the last to get there runs `task`.
+  void onceEveryStreamRan(std::function<void()> task) {
     if (streams.size() == 1) return streams.begin()->second->thread.post(std::move(task));
     auto left = std::make_shared<std::atomic<std::size_t>>(streams.size());
     auto shared = std::make_shared<std::function<void()>>(std::move(task));
