@@ -40,7 +40,7 @@ struct CastAgent::Impl {
   void onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
     try {
       if (envelope.type == kCastMessageType) return onCast(envelope, std::move(bytes));
-      if (envelope.type == kCastPartialType) return onPartial(bytes);
+      if (envelope.type == kCastPartialType) return onPartial(envelope.sender.rank, bytes);
       throw ProtocolError("the cast agent takes no " + envelope.type);
     } catch (...) {
       if (envelope.kind == MessageKind::kRequest) {
@@ -93,13 +93,19 @@ struct CastAgent::Impl {
       return;
     }
     auto aggregation = makeAggregation(request.mode, message.reducer, targets.parts(),
-                                       {proc_.rank(), message.castId}, rootStreams_,
+                                       targets.live, {proc_.rank(), message.castId}, rootStreams_,
                                        std::move(done), std::move(onEntry));
     forward(targets, tree, bytes, aggregation);
   }
 
   using StreamKey = std::pair<Rank, std::uint64_t>;  // origin rank, cast id
-  using Streams = std::map<StreamKey, std::weak_ptr<Aggregation>>;
+  // A stream's aggregation, and the ranks it sent the cast to: the only
+  // ones whose entries it takes.
+  struct RunningStream {
+    std::weak_ptr<Aggregation> aggregation;
+    std::vector<std::size_t> children;
+  };
+  using Streams = std::map<StreamKey, RunningStream>;
 
   // Whom a hop sends to: its children, except that the children of a child
   // already known to be lost are adopted (and so on down), so a dead rank
@@ -154,8 +160,8 @@ struct CastAgent::Impl {
       };
     }
     auto aggregation = makeAggregation(
-        mode, message.reducer, targets.parts() + 1, {message.origin.rank, message.castId},
-        memberStreams_,
+        mode, message.reducer, targets.parts() + 1, targets.live,
+        {message.origin.rank, message.castId}, memberStreams_,
         [this, parent](CastResult&& result) {
           proc_.reply(parent, kCastResultType, wire::toBytes(result));
         },
@@ -225,9 +231,11 @@ struct CastAgent::Impl {
   }
 
   // Stream aggregations are findable by key while they run, for the
-  // partial entries their children relay.
+  // partial entries their children (the live targets) relay.
   std::shared_ptr<Aggregation> makeAggregation(CastMode mode, const std::string& reducer,
-                                               std::size_t parts, StreamKey key, Streams& streams,
+                                               std::size_t parts,
+                                               const std::vector<std::size_t>& children,
+                                               StreamKey key, Streams& streams,
                                                std::function<void(CastResult&&)> done,
                                                std::function<void(CastEntry&&)> onEntry) {
     if (mode != CastMode::kStream) {
@@ -244,22 +252,27 @@ struct CastAgent::Impl {
     auto aggregation =
         std::make_shared<Aggregation>(mode, reducer, parts, std::move(finish), std::move(onEntry));
     std::lock_guard lock(streamsMutex_);
-    streams[key] = aggregation;
+    streams[key] = RunningStream{aggregation, children};
     return aggregation;
   }
 
-  void onPartial(const wire::Bytes& bytes) {
+  void onPartial(Rank sender, const wire::Bytes& bytes) {
     auto partial = wire::fromBytes<CastPartial>(bytes);
     std::shared_ptr<Aggregation> aggregation;
     {
       std::lock_guard lock(streamsMutex_);
-      // The sender's rank may hold both the cast's root and one of its
-      // members. Either may take the entry: the member would only relay it
-      // to the root, here, before its own answer.
+      // The origin's rank holds both the cast's root and a member hop with
+      // the same key. The entry is the sender's parent's alone: the other
+      // would not count it as relayed, and fail it a second time if the
+      // sender's hop died (DLV-1: each member has one entry).
       StreamKey key{partial.originRank, partial.castId};
       for (Streams* streams : {&rootStreams_, &memberStreams_}) {
         auto it = streams->find(key);
-        if (it != streams->end() && (aggregation = it->second.lock())) break;
+        if (it == streams->end()) continue;
+        const auto& children = it->second.children;
+        if (std::find(children.begin(), children.end(), sender) == children.end()) continue;
+        aggregation = it->second.aggregation.lock();
+        break;
       }
     }
     if (!aggregation) throw ProtocolError("a stream entry for a cast that is not running here");

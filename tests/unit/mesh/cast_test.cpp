@@ -289,6 +289,44 @@ TEST(Cast, AHopLostMidCastFailsItsSubtreeAndTheCastCompletes) {
     if (!failed.count(i)) EXPECT_EQ(replies.at(i), int(i));
 }
 
+// DLV-1 in stream mode, where the sender's rank is also a hop (k = 2: rank
+// 0's member forwards to 2, and 2 to 6 and 7). Rank 2 relays its own entry
+// and dies while 6 and 7 are busy: 2's entry stands, 6 and 7 fail, and each
+// member has exactly one entry. The relayed entry once went to the root on
+// rank 0 instead of to rank 0's hop, which then failed rank 2 a second time.
+TEST(Cast, AStreamHopOnTheSendersRankCountsWhatItsLostChildRelayed) {
+  setenv("CROWN_CAST_FANOUT", "2", 1);
+  SimulatedWorld sim(8);
+  unsetenv("CROWN_CAST_FANOUT");
+  auto workers = sim.world().spawn<Worker>("worker");
+  mesh::CastTree tree(workers.shape().slice(), 2);
+  ASSERT_EQ(tree.children(0), (std::vector<std::size_t>{2, 3}));
+  ASSERT_EQ(tree.children(2), (std::vector<std::size_t>{6, 7}));
+  for (int rank : {6, 7}) workers.at("procs", rank).broadcast(Doze{400});  // ORD-1: first
+  auto stream = workers.stream<int>(AddRank{0});
+  std::map<std::size_t, int> entries;  // rank -> how many
+  std::set<std::size_t> failed;
+  auto take = [&](const auto& item) {
+    ++entries[item.rank];
+    if (item.error) {
+      failed.insert(item.rank);
+      EXPECT_THROW(std::rethrow_exception(item.error), ProcessLost);
+    } else {
+      EXPECT_EQ(item.get(), int(item.rank));
+    }
+  };
+  while (!entries.count(2)) {
+    auto item = stream.next(10s);
+    ASSERT_TRUE(item) << "the stream ended before rank 2 answered";
+    take(*item);
+  }
+  sim.disconnect(2);
+  while (auto item = stream.next(10s)) take(*item);
+  EXPECT_EQ(entries.size(), 8u);
+  for (const auto& [rank, count] : entries) EXPECT_EQ(count, 1) << "rank " << rank;
+  EXPECT_EQ(failed, (std::set<std::size_t>{6, 7}));
+}
+
 // ORD-1 with DLV-1: a message whose predecessor never comes (its cast hop
 // died first) is delivered once the order gap timeout passes.
 TEST(Cast, AnOrderGapIsGivenUpAfterTheTimeout) {
