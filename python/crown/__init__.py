@@ -27,7 +27,7 @@ import os
 import sys
 import traceback
 
-from . import _crown, _placement, _stacks
+from . import _crown, _pdb, _placement, _stacks
 from .actor import ProcMesh
 from . import _logs
 
@@ -54,6 +54,7 @@ def init(argv=None) -> "Controller":
         rank = _crown.init(list(sys.argv if argv is None else argv))
         _stacks.install()  # procs.stacks() reaches this rank's Python threads from here on
         _logs.install(rank)  # a worker's output reaches the controller's terminal
+        _pdb.install()  # breakpoint() in an endpoint is served to `crown debug`
         if rank != 0:
             _exit(_crown.serve())
     return Controller()

@@ -38,7 +38,7 @@ import threading
 import traceback
 from typing import Optional
 
-from . import _crown, _pickle
+from . import _crown, _pdb, _pickle
 
 VALUE = b"\x00"
 RAISED = b"\x01"
@@ -198,6 +198,7 @@ class _ActorLoop:
             if not ep.explicit_response_port:
                 self._forward(instance, ep, port, error)
         except Exception as error:
+            _pdb.post_mortem_if_asked(error)
             if ep.explicit_response_port:
                 self._kill(instance, ep, port, error)
             else:
@@ -351,6 +352,8 @@ def _run(instance, payload, report):
             result = keep_on_engine(*rref, result)
         return _pickle.dumps_parts(result, VALUE)
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
+        if ep is not None and isinstance(error, Exception):
+            _pdb.post_mortem_if_asked(error)  # CROWN_DEBUG_POST_MORTEM: before the caller hears
         _current.error = error  # for dying(), should this failure kill the actor
         text = traceback.format_exc()
         message = _message_of(error)

@@ -3,6 +3,7 @@
     crown jobs                                   this user's jobs on this host
     crown stacks [--job PID] [--native] [--json] every thread of every rank
     crown status [--job PID] [--json | --once]   a row per rank, live (q quits)
+    crown debug [--job PID]                      remote pdb sessions (_debug_cli.py)
 
 It reaches the job's debug server (crown/debug/server.h) on the controller's
 host: a Unix socket in a directory only this user may enter, and a token
@@ -123,7 +124,7 @@ STATUS_FIELDS = ("pid", "rss", "actors", "queued", "inflight", "handled")
 
 
 def parse_status(answer: bytes) -> List[dict]:
-    """One dict a rank: rank, state (alive, lost, silent), host, and for a
+    """One dict a rank: rank, state (alive, stopped at a pdb prompt, lost, silent), host, and for a
     live rank pid, rss (bytes), actors, queued, inflight, handled; for a
     silent one, error."""
     rows = []
@@ -146,8 +147,8 @@ def status_table(rows: List[dict]) -> str:
            f"{'in flight':>9} {'handled':>10} {'RSS MiB':>8}"
     lines = [head]
     for row in rows:
-        if row["state"] == "alive":
-            lines.append(f"{row['rank']:>5} {row['host']:<16} {row['pid']:>8} {'alive':<7} "
+        if row["state"] in ("alive", "stopped"):  # stopped: at a pdb prompt
+            lines.append(f"{row['rank']:>5} {row['host']:<16} {row['pid']:>8} {row['state']:<7} "
                          f"{row['actors']:>6} {row['queued']:>7} {row['inflight']:>9} "
                          f"{row['handled']:>10} {row['rss'] / 2**20:>8.1f}")
         else:
@@ -196,6 +197,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     shown.add_argument("--json", action="store_true", help="once, as JSON")
     shown.add_argument("--once", action="store_true", help="once, as a table")
     status.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job")
+    debug = commands.add_parser("debug", help="the job's stopped pdb sessions (breakpoint())")
+    debug.add_argument("--job", type=int, help="the controller's pid (see `crown jobs`)")
     args = parser.parse_args(argv)
     try:
         if args.command == "jobs":
@@ -209,6 +212,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(json.dumps(rows, indent=1) if args.json else status_table(rows))
             else:
                 live_status(path, args.timeout)
+            return 0
+        if args.command == "debug":
+            from ._debug_cli import DebugShell
+
+            path = choose(args.job)
+            request(path, "ping", 5.0)  # the job is there before the shell starts
+            DebugShell(lambda command: request(path, command, 10.0)).cmdloop()
             return 0
         path = choose(args.job)
         replies = parse_stacks(request(path, "stacks native" if args.native else "stacks",

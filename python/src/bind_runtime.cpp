@@ -14,6 +14,7 @@
 #include "crown/bootstrap/controller.h"
 #include "crown/common/log.h"
 #include "crown/debug/logs.h"
+#include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
 #include "crown/mesh/world_shape.h"
 #include "crown/supervision/module.h"
@@ -24,6 +25,11 @@ namespace py = pybind11;
 namespace crown::python {
 
 namespace {
+
+// Python's timeouts are seconds, C++'s milliseconds.
+std::chrono::milliseconds fromSeconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
+}
 
 bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -125,7 +131,7 @@ void bindRuntime(py::module_& m) {
         {
           py::gil_scoped_release release;  // this process's own dump needs no GIL either
           got = debug::collectStacks(Runtime::current().proc(), ranks, native,
-                                     std::chrono::milliseconds(static_cast<long>(timeout * 1000)));
+                                     fromSeconds(timeout));
         }
         py::list out;
         for (const auto& one : got) {
@@ -144,11 +150,36 @@ void bindRuntime(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "On a worker: text written to stream 1 (stdout) or 2 (stderr) goes to the controller, "
       "line by line.");
+  py::class_<debug::PdbSession>(m, "PdbSession", "Where a remote pdb session stopped.")
+      .def(py::init<>())
+      .def_readwrite("rank", &debug::PdbSession::rank)
+      .def_readwrite("session", &debug::PdbSession::session)
+      .def_readwrite("actor", &debug::PdbSession::actor)
+      .def_readwrite("member", &debug::PdbSession::member)
+      .def_readwrite("coords", &debug::PdbSession::coords)
+      .def_readwrite("host", &debug::PdbSession::host)
+      .def_readwrite("function", &debug::PdbSession::function)
+      .def_readwrite("file", &debug::PdbSession::file)
+      .def_readwrite("line", &debug::PdbSession::line);
+  m.def(
+      "pdb_prompt",
+      [](const debug::PdbSession& where, std::string output) {
+        return debug::pdbPrompt(Runtime::current().proc(), where, std::move(output));
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "A stopped pdb session's output goes to the controller (crown debug); returns the line "
+      "typed for it, or None when none will come.");
+  m.def(
+      "pdb_ended",
+      [](const debug::PdbSession& where, std::string output) {
+        debug::pdbEnded(Runtime::current().proc(), where, std::move(output));
+      },
+      py::call_guard<py::gil_scoped_release>(), "The pdb session continued: its last output.");
   m.def(
       "set_log_window",
       [](double seconds) {
         debug::setLogWindow(Runtime::current().proc(),
-                            std::chrono::milliseconds(static_cast<long>(seconds * 1000)));
+                            fromSeconds(seconds));
       },
       "On the controller: the same line from many ranks within this many seconds is printed "
       "once, with the ranks (0: every line at once).");
@@ -156,7 +187,7 @@ void bindRuntime(py::module_& m) {
       "flush_logs",
       [](double timeout) {
         debug::flushLogs(Runtime::current().proc(),
-                         std::chrono::milliseconds(static_cast<long>(timeout * 1000)));
+                         fromSeconds(timeout));
       },
       py::call_guard<py::gil_scoped_release>(),
       "On the controller: the other ranks send what they hold, then every line so far is printed.");

@@ -1,6 +1,7 @@
-// The debug module (crown/debug/stacks.h, status.h): its agent answers a
-// StacksRequest with this process's stacks, and a StatusRequest with its
-// proc's counts. The Python dump is faulthandler's, raised on the agent's
+// The debug module (crown/debug/stacks.h, status.h, logs.h, pdb.h): its
+// agent answers a StacksRequest with this process's stacks, and a
+// StatusRequest with its proc's counts; it takes log lines and the prompts
+// of remote pdb sessions on the controller, and their input on every rank. The Python dump is faulthandler's, raised on the agent's
 // own thread: raise() returns once the handler has written every thread's
 // traceback to the file, and no GIL is taken.
 #include <fcntl.h>
@@ -15,9 +16,11 @@
 #include "crown/actor/module.h"
 #include "crown/common/log.h"
 #include "crown/debug/logs.h"
+#include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
 #include "crown/debug/status.h"
 #include "debug/log_relay.h"
+#include "debug/pdb_sessions.h"
 
 namespace crown::debug {
 namespace {
@@ -106,6 +109,7 @@ class DebugModule : public Proc::Module {
   }
 
   void stop() override {
+    pdbInbox_.stop();  // a session still stopped continues: nobody can type to it now
     std::lock_guard lock(mutex_);
     if (collector_) collector_->print();
   }
@@ -124,6 +128,8 @@ class DebugModule : public Proc::Module {
   }
 
   std::uint64_t agentId() const { return agent_; }
+  detail::PdbRegistry& pdbRegistry() { return pdbRegistry_; }
+  detail::PdbInbox& pdbInbox() { return pdbInbox_; }
 
  private:
   class Agent : public Actor {
@@ -136,6 +142,15 @@ class DebugModule : public Proc::Module {
         module.forwarder().flushPartial();  // after this rank's earlier lines, before the reply
         return LogsFlushed{};
       });
+      handle<PdbPrompt>([&module](const PdbPrompt& prompt) {
+        if (module.pdbRegistry().take(PdbPrompt(prompt))) {
+          // Nothing else tells the controller's user why the job waits.
+          log::get().warn("rank {} stopped in pdb in {} ({}:{}): `crown debug` attaches to it",
+                          prompt.where.rank, prompt.where.function, prompt.where.file,
+                          prompt.where.line);
+        }
+      });
+      handle<PdbInput>([&module](const PdbInput& input) { module.pdbInbox().put(PdbInput(input)); });
       handle<PrintLogsRequest>([&module](const PrintLogsRequest&) {
         module.collector().print();  // every line that came before this request did
         return LogsFlushed{};
@@ -190,6 +205,8 @@ class DebugModule : public Proc::Module {
   int signal_ = 0;
   std::unique_ptr<detail::LogForwarder> forwarder_;
   std::unique_ptr<detail::LogCollector> collector_;  // the controller's, made on first use
+  detail::PdbRegistry pdbRegistry_;                   // the controller's
+  detail::PdbInbox pdbInbox_;
 };
 
 DebugModule& moduleOf(Proc& proc) {
@@ -238,6 +255,31 @@ void flushLogs(Proc& proc, std::chrono::milliseconds timeout) {
 std::vector<RankStatus> collectStatus(Proc& proc, const std::vector<Rank>& ranks,
                                       std::chrono::milliseconds timeout) {
   return askAll<RankStatus>(proc, moduleOf(proc).agentId(), ranks, StatusRequest{}, timeout);
+}
+
+std::optional<std::string> pdbPrompt(Proc& proc, const PdbSession& where, std::string output) {
+  DebugModule& module = moduleOf(proc);
+  proc.send({0, module.agentId()}, PdbPrompt{where, std::move(output), false});
+  return module.pdbInbox().take(where.session, [&proc] { return !proc.alive(0); });
+}
+
+void pdbEnded(Proc& proc, const PdbSession& where, std::string output) {
+  proc.send({0, moduleOf(proc).agentId()}, PdbPrompt{where, std::move(output), true});
+}
+
+std::vector<PdbSession> pdbSessions(Proc& proc) {
+  return moduleOf(proc).pdbRegistry().list([&proc](Rank r) { return proc.alive(r); });
+}
+
+PdbRead pdbRead(Proc& proc, Rank rank, std::uint64_t session, std::chrono::milliseconds wait) {
+  return moduleOf(proc).pdbRegistry().read(rank, session, wait,
+                                           [&proc](Rank r) { return proc.alive(r); });
+}
+
+void pdbSend(Proc& proc, Rank rank, std::uint64_t session, const std::string& line) {
+  DebugModule& module = moduleOf(proc);
+  module.pdbRegistry().leavePrompt(rank, session);
+  proc.send({rank, module.agentId()}, PdbInput{session, line});
 }
 
 }  // namespace crown::debug

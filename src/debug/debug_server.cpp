@@ -11,10 +11,15 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <set>
+#include <sstream>
 #include <span>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "crown/common/log.h"
+#include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
 #include "crown/debug/status.h"
 #include "crown/transport/auth.h"
@@ -86,6 +91,10 @@ std::string encodeStacks(const std::vector<RankStacks>& all) {
 std::string encodeStatus(Proc& proc) {
   std::vector<Rank> live;
   std::string out;
+  std::set<Rank> stopped;  // at a pdb prompt
+  for (const PdbSession& session : pdbSessions(proc)) {
+    if (session.waiting) stopped.insert(session.rank);
+  }
   for (Rank r = 0; r < proc.size(); ++r) {
     if (proc.alive(r)) {
       live.push_back(r);
@@ -94,8 +103,8 @@ std::string encodeStatus(Proc& proc) {
     }
   }
   for (const auto& one : collectStatus(proc, live, std::chrono::milliseconds(2000))) {
-    out += "rank " + std::to_string(one.rank) + " state " + (one.error.empty() ? "alive" : "silent") +
-           " host " + one.host;
+    std::string state = !one.error.empty() ? "silent" : stopped.count(one.rank) ? "stopped" : "alive";
+    out += "rank " + std::to_string(one.rank) + " state " + state + " host " + one.host;
     if (one.error.empty()) {
       out += " pid " + std::to_string(one.pid) + " rss " + std::to_string(one.rssBytes) +
              " actors " + std::to_string(one.actors) + " queued " + std::to_string(one.queued) +
@@ -107,6 +116,41 @@ std::string encodeStatus(Proc& proc) {
     out += "\n";
   }
   return out + "end\n";
+}
+
+std::string jsonLine(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// "pdb list", "pdb read RANK SESSION", "pdb send RANK SESSION LINE": the
+// remote pdb sessions (pdb.h), answered as one JSON document and a newline.
+std::string answerPdb(Proc& proc, const std::string& args) {
+  std::istringstream in(args);
+  std::string verb;
+  in >> verb;
+  if (verb == "list") {
+    nlohmann::json sessions = nlohmann::json::array();
+    for (const PdbSession& s : pdbSessions(proc)) {
+      sessions.push_back({{"rank", s.rank}, {"session", s.session}, {"actor", s.actor},
+                          {"member", s.member}, {"coords", s.coords}, {"host", s.host}, {"function", s.function},
+                          {"file", s.file}, {"line", s.line}, {"waiting", s.waiting}});
+    }
+    return jsonLine(sessions);
+  }
+  Rank rank = 0;
+  std::uint64_t session = 0;
+  if (!(in >> rank >> session) || (verb != "read" && verb != "send")) {
+    throw Error("pdb takes list, read RANK SESSION or send RANK SESSION LINE, not '" + args + "'");
+  }
+  if (verb == "read") {
+    PdbRead read = pdbRead(proc, rank, session, std::chrono::milliseconds(2000));
+    return jsonLine({{"output", read.output}, {"waiting", read.waiting}, {"ended", read.ended}});
+  }
+  std::string line;
+  if (in.peek() == ' ') in.get();  // one space before the line; the rest is the line
+  std::getline(in, line);
+  pdbSend(proc, rank, session, line);
+  return "ok\n";
 }
 
 }  // namespace
@@ -210,9 +254,11 @@ struct DebugServer::Impl {
       }
       auto bound = std::chrono::milliseconds(native ? 10000 : 5000);
       sendAll(client, encodeStacks(collectStacks(proc, live, native, bound)));
+    } else if (command.rfind("pdb ", 0) == 0) {
+      sendAll(client, answerPdb(proc, command.substr(4)));
     } else {
-      sendAll(client,
-              "error: no command '" + command + "' (ping, status, stacks, stacks native)\n");
+      sendAll(client, "error: no command '" + command +
+                          "' (ping, status, stacks, stacks native, pdb list|read|send)\n");
     }
   }
 };

@@ -14,7 +14,10 @@
 // "state lost host H", or "state silent host H error WHY"), then "end";
 // "stacks [native]": every live rank's stacks
 // (stacks.h), each as "rank R pid P host-bytes H python-bytes Y native-bytes
-// N error-bytes E\n" followed by those bytes, then "end\n".
+// N error-bytes E\n" followed by those bytes, then "end\n"; "pdb list",
+// "pdb read RANK SESSION" (waits up to 2 s for a prompt) and "pdb send RANK
+// SESSION LINE": remote pdb sessions (pdb.h), each answered as one line of
+// JSON ("ok" for send). A rank stopped at a prompt has state "stopped".
 #pragma once
 
 #include <memory>
