@@ -13,6 +13,7 @@ exception once the session continues.
 
 from __future__ import annotations
 
+import bdb
 import itertools
 import os
 import pdb
@@ -90,7 +91,11 @@ class RemotePdb(pdb.Pdb):
 
 
 def in_endpoint() -> bool:
-    return _runtime.current_actor() is not None
+    # _run's own record first (set on whatever thread runs the endpoint); the
+    # C++ side's covers an actor's loop thread. Once, under load, rank 3 of
+    # python.debug_cli took the local pdb with only the second check; why is
+    # not known.
+    return _runtime.current_instance() is not None or _runtime.current_actor() is not None
 
 
 def breakpoint_hook(*args, **kwargs):
@@ -103,6 +108,8 @@ def breakpoint_hook(*args, **kwargs):
 def post_mortem_if_asked(error: BaseException) -> None:
     """CROWN_DEBUG_POST_MORTEM=1: stop at the frame that raised, until continued."""
     if os.environ.get("CROWN_DEBUG_POST_MORTEM", "") in ("", "0") or not in_endpoint():
+        return
+    if isinstance(error, bdb.BdbQuit):  # the user quit pdb here already
         return
     debugger = RemotePdb()
     debugger.reset()
