@@ -82,7 +82,16 @@ class ConstructionError(Exception):
     """An actor's class could not be built here; str() is the Python traceback."""
 
 
+# Set once init() has put this rank's front end in place (output
+# forwarding, stack dumps, breakpoint()): the proc serves as soon as its
+# runtime is up, and a spawn could otherwise run the user's code first (a
+# print that went past the forwarder, python.logs under load).
+front_end_ready = threading.Event()
+FRONT_END_WAIT_S = 30.0
+
+
 def construct(payload: bytes):
+    front_end_ready.wait(FRONT_END_WAIT_S)  # an actor's first code on this rank
     _current.instance = None
     try:
         cls, args, kwargs = _pickle.loads(payload)

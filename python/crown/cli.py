@@ -95,7 +95,7 @@ def request(path: str, command: str, timeout: float) -> bytes:
         if len(hello) != 3 or hello[:2] != ["crown-debug", "1"]:
             raise CliError(f"the debug server at {path} said {' '.join(hello)!r}")
         proof = hmac.new(token, bytes.fromhex(hello[2]), hashlib.sha256).hexdigest()
-        sock.sendall(f"{proof} {command}\n".encode("ascii"))
+        sock.sendall(f"{proof} {command}\n".encode("utf-8"))  # a pdb line may be any text
         answer = stream.read()
     if answer.startswith(b"refused: ") or answer.startswith(b"error: "):
         raise CliError(answer.decode("utf-8", "replace").strip())
@@ -124,9 +124,9 @@ STATUS_FIELDS = ("pid", "rss", "actors", "queued", "inflight", "handled")
 
 
 def parse_status(answer: bytes) -> List[dict]:
-    """One dict a rank: rank, state (alive, stopped at a pdb prompt, lost, silent), host, and for a
-    live rank pid, rss (bytes), actors, queued, inflight, handled; for a
-    silent one, error."""
+    """One dict a rank: rank, state (alive, stopped at a pdb prompt, lost,
+    silent), host, and for a live rank pid, rss (bytes), actors, queued,
+    inflight, handled; for a silent one, error."""
     rows = []
     for line in answer.decode("utf-8", "replace").splitlines():
         if line == "end":

@@ -103,7 +103,9 @@ std::string encodeStatus(Proc& proc) {
     }
   }
   for (const auto& one : collectStatus(proc, live, std::chrono::milliseconds(2000))) {
-    std::string state = !one.error.empty() ? "silent" : stopped.count(one.rank) ? "stopped" : "alive";
+    std::string state = !one.error.empty()        ? "silent"
+                        : stopped.count(one.rank) ? "stopped"
+                                                  : "alive";
     out += "rank " + std::to_string(one.rank) + " state " + state + " host " + one.host;
     if (one.error.empty()) {
       out += " pid " + std::to_string(one.pid) + " rss " + std::to_string(one.rssBytes) +
@@ -132,8 +134,9 @@ std::string answerPdb(Proc& proc, const std::string& args) {
     nlohmann::json sessions = nlohmann::json::array();
     for (const PdbSession& s : pdbSessions(proc)) {
       sessions.push_back({{"rank", s.rank}, {"session", s.session}, {"actor", s.actor},
-                          {"member", s.member}, {"coords", s.coords}, {"host", s.host}, {"function", s.function},
-                          {"file", s.file}, {"line", s.line}, {"waiting", s.waiting}});
+                          {"member", s.member}, {"coords", s.coords}, {"host", s.host},
+                          {"function", s.function}, {"file", s.file}, {"line", s.line},
+                          {"waiting", s.waiting}});
     }
     return jsonLine(sessions);
   }

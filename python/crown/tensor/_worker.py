@@ -14,6 +14,7 @@ from typing import Dict, List
 import numpy
 import torch
 
+from .. import _runtime
 from ._execute import Context, execute
 
 _seeded = False
@@ -22,6 +23,7 @@ _seeded = False
 def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) -> List[torch.Tensor]:
     global _seeded
     if not _seeded:
+        _runtime.front_end_ready.wait(_runtime.FRONT_END_WAIT_S)  # the first user code here
         torch.manual_seed(int(os.environ.get("CROWN_TENSOR_SEED", "0")) + rank)
         _seeded = True
     # Not cached by rank: the engines of two meshes on one proc have their own coords.
