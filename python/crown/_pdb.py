@@ -91,10 +91,8 @@ class RemotePdb(pdb.Pdb):
 
 
 def in_endpoint() -> bool:
-    # _run's own record first (set on whatever thread runs the endpoint); the
-    # C++ side's covers an actor's loop thread. Once, under load, rank 3 of
-    # python.debug_cli took the local pdb with only the second check; why is
-    # not known.
+    # _run's own record (set on whatever thread runs the endpoint); the C++
+    # side's covers an actor's loop thread.
     return _runtime.current_instance() is not None or _runtime.current_actor() is not None
 
 
