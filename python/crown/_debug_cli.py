@@ -19,8 +19,6 @@ import json
 import re
 from typing import Callable, Dict, List
 
-READ = "pdb read {rank} {session}"
-
 
 def _indices(text: str) -> Callable[[int], bool]:
     """"3" or "1:4" or "1:8:2" as a test on an index."""
@@ -65,7 +63,7 @@ class DebugShell(cmd.Cmd):
         return json.loads(self._ask("pdb list"))
 
     def _read(self, session: dict) -> dict:
-        return json.loads(self._ask(READ.format(**session)))
+        return json.loads(self._ask(f"pdb read {session['rank']} {session['session']}"))
 
     def _send(self, session: dict, line: str) -> None:
         self._ask(f"pdb send {session['rank']} {session['session']} {line}")

@@ -1,9 +1,10 @@
 // The debug module (crown/debug/stacks.h, status.h, logs.h, pdb.h): its
 // agent answers a StacksRequest with this process's stacks, and a
 // StatusRequest with its proc's counts; it takes log lines and the prompts
-// of remote pdb sessions on the controller, and their input on every rank. The Python dump is faulthandler's, raised on the agent's
-// own thread: raise() returns once the handler has written every thread's
-// traceback to the file, and no GIL is taken.
+// of remote pdb sessions on the controller, and their input on every rank.
+// The Python dump is faulthandler's, raised on the agent's own thread:
+// raise() returns once the handler has written every thread's traceback to
+// the file, and no GIL is taken.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -215,6 +216,10 @@ DebugModule& moduleOf(Proc& proc) {
   return *module;
 }
 
+detail::PdbRegistry::Alive aliveIn(Proc& proc) {
+  return [&proc](Rank r) { return proc.alive(r); };
+}
+
 }  // namespace
 
 Proc::ModuleFactory debugModule() {
@@ -268,12 +273,11 @@ void pdbEnded(Proc& proc, const PdbSession& where, std::string output) {
 }
 
 std::vector<PdbSession> pdbSessions(Proc& proc) {
-  return moduleOf(proc).pdbRegistry().list([&proc](Rank r) { return proc.alive(r); });
+  return moduleOf(proc).pdbRegistry().list(aliveIn(proc));
 }
 
 PdbRead pdbRead(Proc& proc, Rank rank, std::uint64_t session, std::chrono::milliseconds wait) {
-  return moduleOf(proc).pdbRegistry().read(rank, session, wait,
-                                           [&proc](Rank r) { return proc.alive(r); });
+  return moduleOf(proc).pdbRegistry().read(rank, session, wait, aliveIn(proc));
 }
 
 void pdbSend(Proc& proc, Rank rank, std::uint64_t session, const std::string& line) {
