@@ -103,6 +103,9 @@ def shutdown(code: int = 0) -> int:
     (crown.actor.unhandled_fault_hook); returns the code."""
     from . import _supervision
 
+    if _runtime.served:
+        raise RuntimeError("this job is served (crownrun --serve): its mesh outlives the "
+                           "scripts run in it; `crown stop` ends it")
     if _supervision.unhandled and code == 0:
         code = 1
     _logs.flush()  # every worker's output so far, before the job ends
@@ -117,8 +120,13 @@ def run(main, *args, controller: str = "shared", **kwargs) -> None:
     """Runs main(*args, **kwargs) on rank 0 while the other ranks serve; exits
     the process with 0, or 1 after printing the error once if main raised.
     ``controller="dedicated"`` keeps rank 0 to controlling: the world meshes
-    are ranks 1..N-1 (the default "shared" makes rank 0 a member too)."""
+    are ranks 1..N-1 (the default "shared" makes rank 0 a member too).
+    In a served job (``crown console --run``) it just runs main, and
+    returns or raises."""
     _placement.choose(controller)  # ValueError on every rank alike, before bootstrap
+    if _runtime.served:
+        main(*args, **kwargs)  # a script in a served job (crown console --run): the job lives on
+        return
     init()
     code = 0
     try:

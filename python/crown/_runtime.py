@@ -87,6 +87,7 @@ class ConstructionError(Exception):
 # runtime is up, and a spawn could otherwise run the user's code first (a
 # print that went past the forwarder, python.logs under load).
 front_end_ready = threading.Event()
+served = False  # this job is crownrun --serve's: crown.run(main) runs main inside it (_console.py)
 FRONT_END_WAIT_S = 30.0
 
 

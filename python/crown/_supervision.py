@@ -18,7 +18,7 @@ import _thread
 import contextlib
 import sys
 import threading
-from typing import Dict, NamedTuple, Optional, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from . import _crown, _pickle, _runtime
 
@@ -97,17 +97,30 @@ def forget(local: int) -> None:
         _owned.pop(local, None)
 
 
+def owned_by(owner: Optional[int]) -> List[int]:
+    """The meshes that `owner` (None: the controller) spawned on this rank."""
+    with _lock:
+        return [local for local, owned in _owned.items() if owned.owner == owner]
+
+
+def stop_mesh(local: int) -> None:
+    """Stops mesh `local`, spawned on this rank, as ActorMesh.stop does."""
+    from .actor import ActorMesh
+
+    mesh = owned(local)
+    if mesh is not None:
+        ActorMesh(mesh.shape, local, mesh.cls, mesh.name, mesh.spawning).stop()
+
+
 def stop_owned(owner: Optional[int], ranks=None) -> None:
     """Stops the meshes that `owner` (an actor's local id here; None: the
     controller) spawned on this rank: all of them, or with `ranks` those
     whose every rank is among them."""
-    from .actor import ActorMesh
-
     with _lock:
-        meshes = [(local, owned) for local, owned in _owned.items() if owned.owner == owner
+        meshes = [local for local, owned in _owned.items() if owned.owner == owner
                   and (ranks is None or set(owned.shape.ranks()) <= ranks)]
-    for local, owned in meshes:
-        ActorMesh(owned.shape, local, owned.cls, owned.name, owned.spawning).stop()
+    for local in meshes:
+        stop_mesh(local)
 
 
 def rank_lost(rank: int, host: str, cause: str) -> None:

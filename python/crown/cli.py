@@ -4,6 +4,9 @@
     crown stacks [--job PID] [--native] [--json] every thread of every rank
     crown status [--job PID] [--json | --once]   a row per rank, live (q quits)
     crown debug [--job PID]                      remote pdb sessions (_debug_cli.py)
+    crown console [--job PID] [--run SCRIPT ARGS] a served job's REPL (_console_cli.py)
+    crown stop [--job PID]                       ends a served job
+    crown serve                                  what `crownrun --serve` runs on every rank
 
 It reaches the job's debug server (crown/debug/server.h) on the controller's
 host: a Unix socket in a directory only this user may enter, and a token
@@ -76,27 +79,47 @@ def choose(job: Optional[int]) -> str:
     return running[0][1]
 
 
-def request(path: str, command: str, timeout: float) -> bytes:
-    """Proves the token, sends `command`, returns the whole answer."""
-    token_path = path[:-len(".sock")] + ".token"
+def token_path(path: str) -> str:
+    """The job's token file, beside its debug socket (job-PID.token)."""
+    return re.sub(r"\.(sock|console)$", "", path) + ".token"
+
+
+def connect(path: str, command: str, timeout: float, hello: str = "crown-debug") -> socket.socket:
+    """A socket to a job's server (debug or console) that has proved the
+    token and sent `command`; its answer is left to read."""
     try:
-        with open(token_path) as f:
+        with open(token_path(path)) as f:
             token = bytes.fromhex(f.read().strip())
     except OSError as error:
-        raise CliError(f"cannot read the job's token {token_path}: {error}") from None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        raise CliError(f"cannot read the job's token {token_path(path)}: {error}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
         except OSError as error:
-            raise CliError(f"cannot reach the job's debug server at {path}: {error}") from None
-        stream = sock.makefile("rb")
-        hello = stream.readline().decode("ascii", "replace").split()
-        if len(hello) != 3 or hello[:2] != ["crown-debug", "1"]:
-            raise CliError(f"the debug server at {path} said {' '.join(hello)!r}")
-        proof = hmac.new(token, bytes.fromhex(hello[2]), hashlib.sha256).hexdigest()
+            raise CliError(f"cannot reach the job's server at {path}: {error}") from None
+        greeting = b""
+        while not greeting.endswith(b"\n") and len(greeting) < 256:
+            got = sock.recv(1)
+            if not got:
+                break
+            greeting += got
+        words = greeting.decode("ascii", "replace").split()
+        if len(words) != 3 or words[:2] != [hello, "1"]:
+            raise CliError(f"the server at {path} said {greeting.decode('utf-8', 'replace')!r}")
+        proof = hmac.new(token, bytes.fromhex(words[2]), hashlib.sha256).hexdigest()
         sock.sendall(f"{proof} {command}\n".encode("utf-8"))  # a pdb line may be any text
-        answer = stream.read()
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def request(path: str, command: str, timeout: float) -> bytes:
+    """Proves the token, sends `command`, returns the whole answer."""
+    with connect(path, command, timeout) as sock:
+        answer = sock.makefile("rb").read()
     if answer.startswith(b"refused: ") or answer.startswith(b"error: "):
         raise CliError(answer.decode("utf-8", "replace").strip())
     return answer
@@ -199,8 +222,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     status.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job")
     debug = commands.add_parser("debug", help="the job's stopped pdb sessions (breakpoint())")
     debug.add_argument("--job", type=int, help="the controller's pid (see `crown jobs`)")
+    console = commands.add_parser("console", help="a Python REPL in a served job "
+                                  "(crownrun --serve), or --run a script there")
+    console.add_argument("--job", type=int, help="the controller's pid (see `crown jobs`)")
+    console.add_argument("--run", metavar="SCRIPT", help="run SCRIPT in the job and exit with "
+                         "its exit code (the arguments after it are its own)")
+    console.add_argument("script_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    stop = commands.add_parser("stop", help="end a served job (crownrun --serve)")
+    stop.add_argument("--job", type=int, help="the controller's pid (see `crown jobs`)")
+    stop.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the end")
+    commands.add_parser("serve", help="serve consoles until `crown stop` (crownrun --serve runs "
+                        "this on every rank)")
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        import crown
+        from . import _console
+
+        crown.run(_console.serve)  # every rank; rank 0 serves the consoles
     try:
+        if args.command in ("console", "stop"):
+            from . import _console_cli
+
+            path = choose(args.job)
+            console_socket = _console_cli.console_path(path)
+            if args.command == "stop":
+                return _console_cli.stop(console_socket, _console_cli.pid_of(path), args.timeout)
+            if args.run is None:
+                if args.script_args:
+                    raise CliError(f"unexpected arguments {args.script_args}: say --run SCRIPT")
+                return _console_cli.attach(console_socket)
+            return _console_cli.run(console_socket, args.run, args.script_args)
         if args.command == "jobs":
             for pid, path in jobs():
                 print(f"{pid}\t{path}")

@@ -8,17 +8,17 @@ its caller gets the exception (an ActorError). `crown status` shows the stopped 
 Run by ctest with PYTHONPATH set."""
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from terminal import Terminal
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
 MPIRUN = sys.argv[1] if len(sys.argv) > 1 else "mpirun"
-TMUX = ["tmux", "-L", f"crown-debug-test-{os.getpid()}"]
 
 
 def check(condition, what):
@@ -49,51 +49,6 @@ class Job:
                   f"the job ended before {text!r}")
             time.sleep(0.1)
         raise AssertionError(f"the job did not print {text!r} in {timeout} s")
-
-
-class Terminal:
-    """`crown debug` in a detached tmux session."""
-
-    def __init__(self, env):
-        command = " ".join(["env", f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])}",
-                            f"CROWN_DEBUG_DIR={shlex.quote(env['CROWN_DEBUG_DIR'])}",
-                            PYTHON, "-m", "crown", "debug"])
-        subprocess.run([*TMUX, "new-session", "-d", "-s", "dbg", "-x", "200", "-y", "50",
-                        command], check=True, timeout=30)
-        self.seen = 0  # screen text already matched
-
-    def screen(self):
-        return subprocess.run([*TMUX, "capture-pane", "-p", "-J", "-S", "-", "-t", "dbg"],
-                              capture_output=True, text=True, timeout=30).stdout
-
-    def type(self, line):
-        subprocess.run([*TMUX, "send-keys", "-t", "dbg", "-l", line], check=True, timeout=30)
-        subprocess.run([*TMUX, "send-keys", "-t", "dbg", "Enter"], check=True, timeout=30)
-
-    def keys(self, *keys):
-        subprocess.run([*TMUX, "send-keys", "-t", "dbg", *keys], check=True, timeout=30)
-
-    def expect(self, *texts, timeout=30):
-        """Waits for each text, in order, after what was matched before."""
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen()
-            at = self.seen
-            for text in texts:
-                found = screen.find(text, at)
-                if found < 0:
-                    break
-                at = found + len(text)
-            else:
-                self.seen = at
-                return screen
-            if time.monotonic() > deadline:
-                print(screen, flush=True)
-                raise AssertionError(f"the terminal did not show {texts!r}")
-            time.sleep(0.1)
-
-    def close(self):
-        subprocess.run([*TMUX, "kill-server"], capture_output=True, timeout=30)
 
 
 def sessions(env):
@@ -131,7 +86,7 @@ def main():
         states = [row["state"] for row in json.loads(status.stdout)]
         check(states == ["stopped"] * 4, f"crown status while stopped: {states}")
 
-        terminal = Terminal(env)
+        terminal = Terminal([PYTHON, "-m", "crown", "debug"], env)
         terminal.expect("crown_dbg>")
         terminal.type("list")
         terminal.expect("actor", "debugee", "step", "crown_dbg>")

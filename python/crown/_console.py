@@ -1,0 +1,387 @@
+"""The persistent console's server (issue 15): what ``crownrun --serve`` runs.
+
+Every rank runs ``python3 -m crown serve``; rank 0 then keeps the job's mesh
+alive with no program of its own, and serves `crown console` (_console_cli.py)
+on job-PID.console, a Unix socket beside the debug server's (crown/debug/
+server.h), in the same private directory and behind the same token and HMAC
+handshake:
+
+    server: "crown-console 1 NONCE\\n"
+    client: "HMAC console" | "HMAC run" | "HMAC stop"
+    then JSON lines both ways (_Session below).
+
+Code runs on the controller's main thread, one piece at a time whoever sent
+it, so an interrupt (Ctrl-C in a console) is a SIGINT to that thread, as it
+would be in a terminal. While a piece runs, the controller's file
+descriptors 1 and 2 go to the client that sent it: its own prints, the
+workers' forwarded output (_logs.py) and crown's log lines. The REPL's
+namespace lives as long as the job, so what one console made (procs, actor
+meshes) the next one finds; a script (``crown console --run``) gets a fresh
+``__main__`` as ``python3 script.py`` would, and the actor meshes it spawned
+are stopped when it ends, so that a rerun starts from what a fresh launch
+would.
+"""
+
+from __future__ import annotations
+
+import builtins
+import code
+import hashlib
+import hmac
+import json
+import os
+import queue
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+from typing import Callable, Optional
+
+from . import _crown, _logs, _placement, _runtime, _supervision
+from .cli import debug_directory
+
+HELLO = "crown-console"
+_HANDSHAKE_TIMEOUT_S = 5.0
+
+
+def socket_path(pid: int) -> str:
+    return os.path.join(debug_directory(), f"job-{pid}.console")
+
+
+class _Client:
+    """One connection's sending side; a message that cannot be sent (the
+    client left) is dropped: the code it asked for runs on."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._lock = threading.Lock()
+        self.gone = False
+
+    def send(self, **message) -> None:
+        data = (json.dumps(message) + "\n").encode("utf-8")
+        with self._lock:
+            if self.gone:
+                return
+            try:
+                self._sock.sendall(data)
+            except OSError:
+                self.gone = True
+
+
+class _Capture:
+    """fds 1 and 2 of this process go to `client` while a piece of code runs:
+    a pipe each, drained by a thread, restored (and drained) at the end."""
+
+    def __init__(self, client: _Client):
+        self._client = client
+        self._saved = []
+        self._readers = []
+
+    def __enter__(self):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, kind in ((1, "out"), (2, "err")):
+            read_end, write_end = os.pipe()
+            self._saved.append((fd, os.dup(fd)))
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            reader = threading.Thread(target=self._drain, args=(read_end, kind), daemon=True,
+                                      name=f"crown-console-{kind}")
+            reader.start()
+            self._readers.append(reader)
+        return self
+
+    def _drain(self, fd: int, kind: str) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while True:
+                data = pipe.read(65536)
+                if not data:
+                    return
+                self._client.send(**{kind: data.decode("utf-8", "replace")})
+
+    def __exit__(self, *exc):
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            for fd, saved in self._saved:
+                os.dup2(saved, fd)  # the pipe's last write end closes: its reader ends
+                os.close(saved)
+            for reader in self._readers:
+                reader.join()
+
+
+class _Piece:
+    """A piece of code for the main thread, and what to tell its client after
+    (its output is all sent by then)."""
+
+    def __init__(self, client: _Client, run: Callable[[], object],
+                 then: Callable[[object], None]):
+        self.client = client
+        self.run = run
+        self.then = then
+        self.done = threading.Event()
+
+
+class ConsoleServer:
+    def __init__(self):
+        self._pieces: "queue.Queue[Optional[_Piece]]" = queue.Queue()
+        self._running: Optional[_Piece] = None  # on the main thread now
+        self._running_lock = threading.Lock()
+        self._stopping = threading.Event()
+        import crown
+
+        self._namespace = {"__name__": "__console__", "__builtins__": builtins,
+                           "crown": crown, "procs": crown.world()}
+        self._repl = code.InteractiveConsole(self._namespace, filename="<console>")
+        token_path = os.path.join(debug_directory(), f"job-{os.getpid()}.token")
+        if not os.path.exists(token_path):
+            raise RuntimeError("crownrun --serve needs the job's debug server, whose token the "
+                               "console shares: unset CROWN_DEBUG_SERVER=off")
+        with open(token_path) as f:
+            self._token = bytes.fromhex(f.read().strip())
+        self.path = socket_path(os.getpid())
+        if os.path.exists(self.path):
+            os.unlink(self.path)  # a pid reused after a job that was killed
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        os.chmod(self.path, 0o600)
+        self._listener.listen(8)
+
+    # -- the main thread ------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """Runs the pieces the consoles send until `crown stop` (or Ctrl-C on
+        the job's own terminal)."""
+        threading.Thread(target=self._accept, daemon=True, name="crown-console").start()
+        try:
+            while True:
+                try:
+                    piece = self._pieces.get()
+                    if piece is None:
+                        return
+                    self._run(piece)
+                except KeyboardInterrupt:
+                    if self._running is None and not self._stopping.is_set():
+                        continue  # a console's interrupt that came as its piece ended
+                    raise
+        finally:
+            self._stopping.set()
+            self._listener.close()
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+
+    def _run(self, piece: _Piece) -> None:
+        with self._running_lock:
+            self._running = piece
+        result = None
+        try:
+            with _Capture(piece.client):
+                try:
+                    result = piece.run()
+                except KeyboardInterrupt:
+                    traceback.print_exc()  # an interrupt outside the REPL's own handling
+                finally:
+                    _drain_workers()
+        finally:
+            with self._running_lock:
+                self._running = None
+            piece.done.set()
+        piece.then(result)
+
+    # -- the consoles' threads ------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return  # closed: the job ends
+            threading.Thread(target=self._serve_client, args=(sock,), daemon=True,
+                             name="crown-console-client").start()
+
+    def _serve_client(self, sock: socket.socket) -> None:
+        """One connection: its handshake, then each JSON line it sends (this
+        thread is its only reader)."""
+        with sock:
+            command = self._handshake(sock)
+            if command is None:
+                return
+            client = _Client(sock)
+            if command == "stop":
+                client.send(err=f"crown: stopping the served job ({_crown.size()} ranks)\n")
+                self.stop()
+                client.send(exit=0)
+                return
+            if command not in ("console", "run"):
+                client.send(err=f"crown: no console command {command!r} (console, run, stop)\n",
+                            exit=2)
+                return
+            if command == "console":
+                client.send(out=f"crown console: {_crown.size()} ranks, controller pid "
+                                f"{os.getpid()}. `procs` is crown.world(); what you define "
+                                f"stays for the next console. Ctrl-D detaches, `crown stop` "
+                                f"ends the job.\n", prompt=">>> ")
+            pending: Optional[_Piece] = None
+            try:
+                for line in sock.makefile("rb"):
+                    message = json.loads(line)
+                    if message.get("interrupt"):
+                        self._interrupt(pending)
+                    elif pending is not None and not pending.done.is_set():
+                        continue  # the client waits for its prompt before it sends more
+                    elif command == "console" and message.get("reset"):
+                        self._repl.resetbuffer()
+                        client.send(prompt=">>> ")
+                    elif command == "console" and isinstance(message.get("line"), str):
+                        pending = self._submit(client, lambda text=message["line"]:
+                                               self._push(text),
+                                               lambda more: client.send(
+                                                   prompt="... " if more else ">>> "))
+                    elif command == "run" and pending is None:
+                        pending = self._script(client, message)
+            except (OSError, ValueError, AttributeError):
+                pass  # the client left, or sent what is not a JSON object: its session ends
+            # A piece still running runs to its end; what it prints has nowhere to go.
+
+    def _handshake(self, sock: socket.socket) -> Optional[str]:
+        """The debug server's check, in Python: the same user, who read the token."""
+        sock.settimeout(_HANDSHAKE_TIMEOUT_S)
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                    struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", creds)
+            if uid != os.geteuid():
+                sock.sendall(b"refused: only the job's own user may connect\n")
+                _crown.log("warn", f"console: refused a connection from uid {uid}")
+                return None
+            nonce = os.urandom(32)
+            sock.sendall(f"{HELLO} 1 {nonce.hex()}\n".encode("ascii"))
+            line = b""
+            while not line.endswith(b"\n") and len(line) < 4096:
+                got = sock.recv(1)
+                if not got:
+                    return None
+                line += got
+            proof, _, command = line.decode("utf-8", "replace").strip().partition(" ")
+            expected = hmac.new(self._token, nonce, hashlib.sha256).hexdigest()
+            if not hmac.compare_digest(proof.encode(), expected.encode()):
+                sock.sendall(b"refused: the proof does not match the job's token\n")
+                return None
+            sock.settimeout(None)  # an attached console may idle for days
+            return command
+        except OSError:
+            return None
+
+    def _submit(self, client: _Client, run, then) -> _Piece:
+        piece = _Piece(client, run, then)
+        self._pieces.put(piece)
+        return piece
+
+    def _interrupt(self, piece: Optional[_Piece]) -> None:
+        """Ctrl-C in a console: a SIGINT to the main thread, if it runs that
+        console's piece (a KeyboardInterrupt there, as in a terminal)."""
+        with self._running_lock:
+            if piece is not None and self._running is piece:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    def _push(self, line: str) -> bool:
+        try:
+            return self._repl.push(line)
+        except SystemExit:
+            self._repl.resetbuffer()  # exit() in a console detaches it; the job lives on
+            print("crown: exit() does not end a served job; Ctrl-D detaches this console, "
+                  "`crown stop` ends the job", file=sys.stderr)
+            return False
+
+    def _script(self, client: _Client, message: dict) -> Optional[_Piece]:
+        path, source = message.get("path"), message.get("source")
+        if not isinstance(path, str) or not isinstance(source, str):
+            client.send(err="crown: a run needs the script's path and source\n", exit=2)
+            return None
+        argv = [str(arg) for arg in message.get("argv", [])]
+        return self._submit(client, lambda: run_script(path, source, argv),
+                            lambda exit_code: client.send(exit=exit_code))
+
+    def stop(self) -> None:
+        """`crown stop`: the piece running now is interrupted, those queued
+        are dropped (their consoles are told), and the job ends."""
+        self._stopping.set()
+        while True:
+            try:
+                piece = self._pieces.get_nowait()
+            except queue.Empty:
+                break
+            if piece is not None:
+                piece.client.send(err="crown: the job was stopped (crown stop)\n", exit=1)
+        self._interrupt(self._running)
+        self._pieces.put(None)
+
+
+def _drain_workers() -> None:
+    """What the workers printed while a piece ran reaches its console, and
+    its tensor work has run (its errors are its own)."""
+    engines = sys.modules.get("crown.tensor._engine")
+    if engines is not None:
+        engines.finish_all()
+    _logs.flush()
+
+
+def run_script(path: str, source: str, argv) -> int:
+    """`crown console --run`: the script as ``python3 path argv...`` would run
+    it, in a fresh ``__main__``, inside this job (crown.run(main) just calls
+    main). Returns its exit code; the actor meshes it spawned and left
+    running are stopped."""
+    namespace = {"__name__": "__main__", "__file__": path, "__builtins__": builtins}
+    saved_argv, saved_path, saved_placement = sys.argv, list(sys.path), _placement.controller
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    before = set(_supervision.owned_by(None))
+    exit_code = 0
+    try:
+        exec(compile(source, path, "exec"), namespace)
+    except SystemExit as error:
+        exit_code = _exit_code(error)
+    except BaseException as error:  # noqa: BLE001 - the script's failure is its console's
+        # From the script's own frames on, as `python3 script.py` would show it.
+        traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+        exit_code = 130 if isinstance(error, KeyboardInterrupt) else 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        _placement.choose(saved_placement)  # crown.run(main, controller=...) was the script's
+        namespace.clear()  # its tensors and meshes are released here, not at the next run
+        _stop_left(before)
+    return exit_code
+
+
+def _exit_code(error: SystemExit) -> int:
+    if error.code is None:
+        return 0
+    if isinstance(error.code, int):
+        return error.code
+    print(error.code, file=sys.stderr)
+    return 1
+
+
+def _stop_left(before) -> None:
+    for local in set(_supervision.owned_by(None)) - before:
+        try:
+            _supervision.stop_mesh(local)
+        except Exception as error:  # noqa: BLE001 - a mesh that cannot stop is said, not fatal
+            print(f"crown: could not stop an actor mesh the script left: {error}",
+                  file=sys.stderr)
+
+
+def serve() -> None:
+    """crown.run's main for `crown serve`: serves consoles until `crown stop`."""
+    server = ConsoleServer()
+    print(f"crown: serving {_crown.size()} ranks (controller pid {os.getpid()}): "
+          f"`crown console` attaches, `crown console --run script.py` runs a script here, "
+          f"`crown stop` ends the job", file=sys.stderr, flush=True)
+    _runtime.served = True  # scripts' crown.run and crown.shutdown, from here on
+    try:
+        server.serve_forever()
+    finally:
+        _runtime.served = False  # crown.run(serve) ends the job now

@@ -1,0 +1,52 @@
+"""A real terminal for the CLI tests (debug_cli.py, console_cli.py): a
+command in a detached tmux session of its own (its own tmux server, so the
+tests never touch a user's), typed at with send-keys and read with
+capture-pane."""
+import os
+import shlex
+import subprocess
+import time
+
+
+class Terminal:
+    def __init__(self, command, env, passed=("PYTHONPATH", "CROWN_DEBUG_DIR")):
+        """`command` (a list) with the `passed` variables of `env`."""
+        self._tmux = ["tmux", "-L", f"crown-test-{os.getpid()}-{id(self)}"]
+        line = " ".join(["env", *(f"{name}={shlex.quote(env[name])}" for name in passed),
+                         *map(shlex.quote, command)])
+        subprocess.run([*self._tmux, "new-session", "-d", "-s", "t", "-x", "200", "-y", "50",
+                        line], check=True, timeout=30)
+        self.seen = 0  # screen text already matched
+
+    def screen(self):
+        return subprocess.run([*self._tmux, "capture-pane", "-p", "-J", "-S", "-", "-t", "t"],
+                              capture_output=True, text=True, timeout=30).stdout
+
+    def type(self, line):
+        subprocess.run([*self._tmux, "send-keys", "-t", "t", "-l", line], check=True, timeout=30)
+        subprocess.run([*self._tmux, "send-keys", "-t", "t", "Enter"], check=True, timeout=30)
+
+    def keys(self, *keys):
+        subprocess.run([*self._tmux, "send-keys", "-t", "t", *keys], check=True, timeout=30)
+
+    def expect(self, *texts, timeout=30):
+        """Waits for each text, in order, after what was matched before."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            at = self.seen
+            for text in texts:
+                found = screen.find(text, at)
+                if found < 0:
+                    break
+                at = found + len(text)
+            else:
+                self.seen = at
+                return screen
+            if time.monotonic() > deadline:
+                print(screen, flush=True)
+                raise AssertionError(f"the terminal did not show {texts!r}")
+            time.sleep(0.1)
+
+    def close(self):
+        subprocess.run([*self._tmux, "kill-server"], capture_output=True, timeout=30)
