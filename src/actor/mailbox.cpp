@@ -10,6 +10,7 @@
 #include "crown/actor/module.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/common/trace.h"
 
 namespace crown {
 
@@ -290,6 +291,11 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   RemoteFailure failure{RemoteFailure::kRaised, "", "", actor.name(), "", proc_.rank()};
   bool fatal = false;  // the actor must die, whatever the message's kind
   std::string cause;   // what a death reports: the error as the user reads it
+  trace::Span span;
+  if (trace::on()) [[unlikely]] {
+    span.begin("actor", actor.name() + " " + envelope.type,
+               "from " + wire::toString(envelope.sender));
+  }
   try {
     const Handler* handler = ActorAccess::find(actor, envelope.type);
     if (!handler) {
@@ -309,6 +315,7 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
     failure.message = "a handler threw something that is not a std::exception";
     cause = failure.type + ": " + failure.message;
   }
+  span.end();  // the handler's run, not what its failure costs after it
   t_currentActor = outer;
   t_currentProc = outerProc;
   bool oneWay = !delivery.complete && envelope.kind != MessageKind::kRequest;

@@ -1,6 +1,7 @@
 #include "actor/router.h"
 
 #include "crown/actor/failure.h"
+#include "crown/common/trace.h"
 #include "crown/wire/serialize.h"
 
 namespace crown::detail {
@@ -26,6 +27,11 @@ void Router::route(transport::OutMessage message) {
                                                          std::to_string(size_) + ")")));
     }
     return;
+  }
+  if (trace::on()) [[unlikely]] {
+    trace::instant("send", message.envelope.type,
+                   "to rank " + std::to_string(to) + ", " +
+                       std::to_string(message.payload.size()) + " bytes");
   }
   transport_.send(to, std::move(message));
 }

@@ -16,6 +16,7 @@
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
 #include "bootstrap/respawn.h"
+#include "bootstrap/runtime_mpi.h"
 #include "crown/actor/agent.h"
 #include "crown/actor/mpi_service.h"
 #include "crown/common/env.h"
@@ -251,14 +252,6 @@ void broadcastText(std::string& text, MPI_Comm comm) {
 
 }  // namespace
 
-struct Runtime::Mpi {
-  // Shared with the Proc (Proc::Options::mpi), which may be destroyed after
-  // it; MPI_Finalize still runs on it, last, in finish().
-  std::shared_ptr<detail::MpiService> service = std::make_shared<detail::MpiService>();
-  MPI_Comm comm = MPI_COMM_NULL;
-  bool ownsMpi = false;  // crown initialised MPI, so crown finalises it
-};
-
 Runtime::Runtime() : mpi_(std::make_unique<Mpi>()) {}
 
 Runtime::~Runtime() {
@@ -311,6 +304,8 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     records.resize(topo.size);
     CROWN_CHECK_MPI(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, records.data(), sizeof mine,
                                   MPI_BYTE, self.mpi_->comm));
+    self.mpi_->trace = detail::setUpTrace(self.mpi_->comm, static_cast<int>(topo.rank),
+                                          static_cast<int>(topo.size));
   });
   if (offer) return self.joinAsReplacement(*offer, std::move(fabric), joinError);
 
@@ -406,64 +401,6 @@ bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }
 
 bool Runtime::shuttingDown() const {
   return proc_ && detail::Lifecycle::of(*proc_).shuttingDown();
-}
-
-void Runtime::finish(int code) {
-  if (finishing_.exchange(true)) {
-    log::get().debug("shutdown: already under way");
-    return;
-  }
-  debugServer_.reset();  // its socket and token go first: the job is ending
-  auto timeout = env::millis("CROWN_SHUTDOWN_TIMEOUT_MS", 30s);
-  // SHT-1: no process is left behind, even when a peer or MPI hangs.
-  std::thread([timeout, code] {
-    std::this_thread::sleep_for(timeout);
-    log::get().error("shutdown did not finish within {} ms; exiting with code {}", timeout.count(),
-                     code);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    ::_exit(code);
-  }).detach();
-
-  bool peerLost = false;
-  if (proc_) {
-    auto& lifecycle = detail::Lifecycle::of(*proc_);
-    lifecycle.requestShutdown(code);  // from here on, links closing are expected
-    peerLost = lifecycle.ranksLost();
-    // Every rank marks itself shutting down before any closes its links, so
-    // no survivor takes a neighbour's orderly exit for a crash.
-    if (!peerLost) {
-      // Nonblocking, so that a rank lost now fails it (abandonPeer) rather
-      // than freezing the service thread.
-      try {
-        mpi_->service->barrier(Comm::world()).get();
-      } catch (const ProcessLost& e) {
-        log::get().warn("shutdown: the MPI barrier lost a rank: {}", e.what());
-        peerLost = true;
-      } catch (const std::exception& e) {
-        log::get().error("shutdown: MPI_Ibarrier failed: {}", e.what());
-      }
-    }
-    proc_->stop(env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s));
-  }
-  std::fflush(stdout);
-  if (peerLost && mpi_->ownsMpi) {
-    // MPI_Finalize synchronises with every rank, and a lost one never comes.
-    log::get().info("a rank was lost: exiting without MPI_Finalize");
-    std::fflush(stderr);
-    ::_exit(code);
-  }
-  // The service fails what is still pending and frees its communicators
-  // first. A failed step is logged and shutdown goes on: the process is
-  // leaving anyway, and its exit code is already decided.
-  try {
-    mpi_->service->finalize([this] {
-      if (mpi_->comm != MPI_COMM_NULL) CROWN_CHECK_MPI(MPI_Comm_free(&mpi_->comm));
-      if (mpi_->ownsMpi) CROWN_CHECK_MPI(MPI_Finalize());  // an adopted MPI: its owner's
-    });
-  } catch (const std::exception& e) {
-    log::get().error("shutdown: MPI_Finalize failed: {}", e.what());
-  }
 }
 
 }  // namespace crown

@@ -1,7 +1,8 @@
-// The debug module (crown/debug/stacks.h, status.h, logs.h, pdb.h): its
-// agent answers a StacksRequest with this process's stacks, and a
-// StatusRequest with its proc's counts; it takes log lines and the prompts
-// of remote pdb sessions on the controller, and their input on every rank.
+// The debug module (crown/debug/stacks.h, status.h, logs.h, pdb.h,
+// trace.h): its agent answers a StacksRequest with this process's stacks, a
+// StatusRequest with its proc's counts and a TraceRequest with what this
+// process recorded; it takes log lines and the prompts of remote pdb
+// sessions on the controller, and their input on every rank.
 // The Python dump is faulthandler's, raised on the agent's own thread:
 // raise() returns once the handler has written every thread's traceback to
 // the file, and no GIL is taken.
@@ -20,6 +21,7 @@
 #include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
 #include "crown/debug/status.h"
+#include "crown/debug/trace.h"
 #include "debug/log_relay.h"
 #include "debug/pdb_sessions.h"
 
@@ -27,6 +29,7 @@ namespace crown::debug {
 namespace {
 
 constexpr std::size_t kMaxDumpBytes = 4 << 20;  // a dump past this is cut, and says so
+constexpr std::size_t kTraceChunkEvents = 50000;  // a reply well under the message bound
 
 std::string readWhole(int fd) {
   std::string text;
@@ -138,6 +141,7 @@ class DebugModule : public Proc::Module {
     explicit Agent(DebugModule& module) {
       handle<StacksRequest>([&module](const StacksRequest& request) { return module.stacks(request); });
       handle<StatusRequest>([&module](const StatusRequest&) { return module.status(); });
+      handle<TraceRequest>([&module](const TraceRequest& request) { return module.trace(request); });
       handle<LogLines>([&module](const LogLines& lines) { module.collector().add(lines); });
       handle<FlushLogsRequest>([&module](const FlushLogsRequest&) {
         module.forwarder().flushPartial();  // after this rank's earlier lines, before the reply
@@ -199,8 +203,30 @@ class DebugModule : public Proc::Module {
     return out;
   }
 
+  // Chunk 0 takes what this process recorded; the chunks after it read on,
+  // and the last one frees it.
+  RankTrace trace(const TraceRequest& request) {
+    std::lock_guard lock(mutex_);
+    if (request.chunk == 0) traced_ = trace::take();
+    RankTrace out;
+    out.rank = proc_->rank();
+    out.host = proc_->host(out.rank);
+    std::size_t from = std::min<std::size_t>(request.chunk * kTraceChunkEvents, traced_.events.size());
+    std::size_t to = std::min(from + kTraceChunkEvents, traced_.events.size());
+    out.events.assign(traced_.events.begin() + static_cast<std::ptrdiff_t>(from),
+                      traced_.events.begin() + static_cast<std::ptrdiff_t>(to));
+    if (request.chunk == 0) {
+      out.threads = traced_.threads;
+      out.dropped = traced_.dropped;
+    }
+    out.more = to < traced_.events.size();
+    if (!out.more) traced_ = {};
+    return out;
+  }
+
   Proc* proc_ = nullptr;
   std::uint64_t agent_ = 0;
+  trace::Recorded traced_;  // taken for a TraceRequest, under mutex_
   std::mutex mutex_;
   int fd_ = -1;
   int signal_ = 0;
@@ -260,6 +286,29 @@ void flushLogs(Proc& proc, std::chrono::milliseconds timeout) {
 std::vector<RankStatus> collectStatus(Proc& proc, const std::vector<Rank>& ranks,
                                       std::chrono::milliseconds timeout) {
   return askAll<RankStatus>(proc, moduleOf(proc).agentId(), ranks, StatusRequest{}, timeout);
+}
+
+std::vector<RankTrace> collectTrace(Proc& proc, const std::vector<Rank>& ranks,
+                                    std::chrono::milliseconds timeout) {
+  std::uint64_t agent = moduleOf(proc).agentId();
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<RankTrace> out = askAll<RankTrace>(proc, agent, ranks, TraceRequest{0}, timeout);
+  for (RankTrace& t : out) {
+    for (std::uint64_t chunk = 1; t.more && t.error.empty(); ++chunk) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      try {
+        RankTrace next = proc.request<RankTrace>({t.rank, agent}, TraceRequest{chunk})
+                             .get(std::max(left, std::chrono::milliseconds(1)));
+        t.events.insert(t.events.end(), std::make_move_iterator(next.events.begin()),
+                        std::make_move_iterator(next.events.end()));
+        t.more = next.more;
+      } catch (const std::exception& e) {
+        t.error = std::string("its trace was cut short: ") + e.what();
+      }
+    }
+  }
+  return out;
 }
 
 std::optional<std::string> pdbPrompt(Proc& proc, const PdbSession& where, std::string output) {

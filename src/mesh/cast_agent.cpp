@@ -10,6 +10,7 @@
 #include "crown/actor/failure.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/common/trace.h"
 #include "crown/mesh/cast.h"
 #include "crown/mesh/cast_tree.h"
 #include "mesh/aggregation.h"
@@ -88,6 +89,13 @@ struct CastAgent::Impl {
                         std::move(request.payload)};
     wire::Bytes bytes = wire::toBytes(message);
     Targets targets = aroundLost(tree->rootChildren(), *tree);
+    trace::Span span;
+    if (trace::on()) [[unlikely]] {
+      span.begin("cast", "cast " + message.type,
+                 std::to_string(members.size()) + " members, fan-out " +
+                     std::to_string(request.fanout));
+      traceHops(proc_.rank(), message.castId, targets.live);
+    }
     if (request.mode == CastMode::kBroadcast) {
       broadcast(targets, {std::make_shared<const wire::Bytes>(std::move(bytes)), tree});
       return;
@@ -131,6 +139,12 @@ struct CastAgent::Impl {
     return targets;
   }
 
+  // A flow from this hop to each child it sends the cast to (the child's
+  // hop ends it, under the same id).
+  static void traceHops(Rank origin, std::uint64_t castId, const std::vector<std::size_t>& children) {
+    for (std::size_t child : children) trace::flowStart("cast", trace::flowId(origin, castId, child));
+  }
+
   ActorId agentOn(std::size_t rank) const { return ActorId{static_cast<Rank>(rank), agentId_}; }
 
   void onCast(const Envelope& envelope, wire::Bytes&& bytes) {
@@ -140,6 +154,13 @@ struct CastAgent::Impl {
     CastMode mode = cast.mode;
     const std::shared_ptr<const CastTree>& tree = cast.tree;
     Targets targets = aroundLost(tree->children(here), *tree);
+    trace::Span span;
+    if (trace::on()) [[unlikely]] {
+      span.begin("cast", "cast hop " + message.type, "from rank " +
+                                                         std::to_string(envelope.sender.rank));
+      trace::flowEnd("cast", trace::flowId(message.origin.rank, message.castId, here));
+      traceHops(message.origin.rank, message.castId, targets.live);
+    }
     Envelope local{MessageKind::kOneWay, message.origin, {here, message.destLocal}, 0,
                    std::move(message.type), cast.seq};
 

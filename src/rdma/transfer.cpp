@@ -11,6 +11,7 @@
 
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/common/trace.h"
 #include "rdma/messages.h"
 #include "rdma/rdma_module.h"
 
@@ -26,6 +27,17 @@ std::size_t fallbackChunk() {
 }
 
 std::string sizeText(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
+
+// A one-sided transfer ends on the MPI thread, not where it began: an
+// asynchronous span of its own, numbered by the transfers of this process.
+void traceTransfer(Rank here, const Buffer& buffer, std::size_t bytes, bool write,
+                   std::int64_t started) {
+  static std::atomic<std::uint64_t> transfers{0};
+  trace::record(trace::Event{'A', "rdma", write ? "write_from" : "read_into", started,
+                             trace::now() - started,
+                             trace::flowId(0x7264, transfers.fetch_add(1), here), 0,
+                             sizeText(bytes) + ", " + buffer.describe()});
+}
 
 }  // namespace
 
@@ -189,6 +201,10 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
   if (!deadline->begin()) return release();  // timed out while the grant was on its way
   if (owner == proc_->rank()) {
     // Our own memory: no MPI, a copy under the lease.
+    trace::Span span;
+    if (trace::on()) [[unlikely]] {
+      span.begin("rdma", write ? "write_from (local)" : "read_into (local)", sizeText(bytes));
+    }
     try {
       char* memory = leased(lease, 0, bytes);
       if (write) {
@@ -213,10 +229,13 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
     }
     return fallback(buffer, lease, local, bytes, write, user, deadline, release);
   }
+  std::int64_t started = trace::on() ? trace::now() : 0;
   auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, deadline->stop)
                      : mpi->windowGet(owner, buffer.address(), local, bytes, deadline->stop);
   moved.then(
-      [this, buffer, lease, local, bytes, write, user, deadline, release](Future<void> done) {
+      [this, buffer, lease, local, bytes, write, user, deadline, release,
+       started](Future<void> done) {
+        if (started != 0) traceTransfer(proc_->rank(), buffer, bytes, write, started);
         // The lease goes first (the owner may detach once the last one ends),
         // then the caller hears: its memory is free from here on.
         std::exception_ptr failure;

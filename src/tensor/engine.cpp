@@ -11,6 +11,7 @@
 
 #include "crown/common/env.h"
 #include "crown/common/log.h"
+#include "crown/common/trace.h"
 #include "crown/mesh/point.h"
 #include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
@@ -245,12 +246,18 @@ struct Engine::Impl {
     ++ran;
     if (auto* c = std::get_if<Call>(&command)) return call(*c, s);
     if (auto* c = std::get_if<Collective>(&command)) {
+      trace::Span span;
+      if (trace::on()) [[unlikely]] span.begin("tensor", collectiveName(c->kind));
       auto source = refs.find(c->source);
       auto outcome = s.collectives.run(*c, source ? &*source : nullptr);
       if (outcome.failure) return refs.poison(c->result, outcome.failure);
       return refs.define(c->result, std::move(outcome.result));
     }
-    if (auto* t = std::get_if<Transfer>(&command)) return transfer(*t);
+    if (auto* t = std::get_if<Transfer>(&command)) {
+      trace::Span span;
+      if (trace::on()) [[unlikely]] span.begin("tensor", t->sending ? "to_mesh send" : "to_mesh receive");
+      return transfer(*t);
+    }
   }
 
   void transfer(const Transfer& t) {
@@ -264,6 +271,8 @@ struct Engine::Impl {
   }
 
   void call(const Call& c, Stream& s) {
+    trace::Span span;
+    if (trace::on()) [[unlikely]] span.begin("tensor", c.kernel);
     std::vector<LocalTensor> inputs;
     inputs.reserve(c.inputs.size());
     for (RefId ref : c.inputs) {
