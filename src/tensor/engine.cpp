@@ -40,6 +40,7 @@ struct Stream {
 };
 
 constexpr std::chrono::seconds kAwaitTimeout{60};
+constexpr std::chrono::milliseconds kGiveUpPoll{20};
 
 struct BorrowState {
   StreamId lender = 0, borrower = 0;
@@ -160,8 +161,8 @@ struct Engine::Impl {
     std::erase_if(awaited, [](const auto& latch) { return latch->isSet(); });
     auto done = std::make_shared<Latch>();
     const ActorId other{proc.rank(), a.engine};
-    stream(current).thread.post([other, a, done] {
-      if (!Engine::awaitRun(other, a.batches, kAwaitTimeout)) {
+    stream(current).thread.post([this, other, a, done] {
+      if (!Engine::awaitRun(other, a.batches, kAwaitTimeout, closing) && !closing) {
         log::get().warn("tensor engine: the engine of the mesh that shares a view with this one "
                         "was not given its batch {} within {} s; going on without it",
                         a.batches, kAwaitTimeout.count());
@@ -190,9 +191,28 @@ struct Engine::Impl {
   // Waits until this engine has run its first `count` batches, and no
   // more: what it was given after them may await the caller (AwaitEngine
   // the other way), which a drain would wait for.
-  bool waitRun(std::uint64_t count, std::chrono::steady_clock::time_point deadline) {
+  // Bounded by the waiter's `giveUp` too, looked at every kGiveUpPoll: an
+  // engine destroyed (a proc stopping) while its stream awaits another
+  // whose batch will now never run must not hold its destructor for
+  // kAwaitTimeout. The caller is counted in `waiters` (awaitRun).
+  bool waitRun(std::uint64_t count, std::chrono::steady_clock::time_point deadline,
+               const std::atomic<bool>& giveUp) {
     std::unique_lock lock(batchMutex);
-    return batchArrived.wait_until(lock, deadline, [&] { return batchesRun >= count; });
+    for (;;) {
+      if (batchesRun >= count) return true;
+      auto now = std::chrono::steady_clock::now();
+      if (closing || giveUp || now >= deadline) return false;
+      batchArrived.wait_until(lock, std::min(deadline, now + kGiveUpPoll));
+    }
+  }
+
+  // The engine goes: its own streams stop awaiting others, and the streams
+  // of other engines that await this one are let go before it is freed.
+  void close() {
+    std::unique_lock lock(batchMutex);
+    closing = true;
+    batchArrived.notify_all();
+    batchArrived.wait(lock, [&] { return waiters == 0; });
   }
 
   // Waits until this engine has been given `count` batches and has run them.
@@ -352,7 +372,9 @@ struct Engine::Impl {
   RefTable refs;
   std::atomic<std::uint64_t> ran{0};
   std::mutex batchMutex;
-  std::condition_variable batchArrived;
+  std::condition_variable batchArrived;  // also: a waiter left (waiters)
+  std::atomic<bool> closing{false};      // set once, by close()
+  std::size_t waiters = 0;               // other engines' streams in awaitRun, under batchMutex
   std::uint64_t batches = 0;     // given so far, under batchMutex
   std::uint64_t batchesRun = 0;  // run by every stream, under batchMutex
   // The dispatcher's own.
@@ -407,9 +429,12 @@ Engine::Engine(std::uint64_t seed) {
 }
 
 Engine::~Engine() {
-  std::lock_guard lock(engines().mutex);
-  auto it = engines().byId.find({id().rank, id().local});
-  if (it != engines().byId.end() && it->second == this) engines().byId.erase(it);
+  {
+    std::lock_guard lock(engines().mutex);  // from here on nobody finds it
+    auto it = engines().byId.find({id().rank, id().local});
+    if (it != engines().byId.end() && it->second == this) engines().byId.erase(it);
+  }
+  impl_->close();  // then its streams join, in ~Impl
 }
 
 Engine* Engine::find(const ActorId& id) {
@@ -420,20 +445,30 @@ Engine* Engine::find(const ActorId& id) {
 
 void Engine::define(RefId ref, LocalTensor tensor) { impl_->refs.define(ref, std::move(tensor)); }
 
-bool Engine::awaitRun(const ActorId& id, std::uint64_t batches,
-                        std::chrono::milliseconds timeout) {
+bool Engine::awaitRun(const ActorId& id, std::uint64_t batches, std::chrono::milliseconds timeout,
+                      const std::atomic<bool>& giveUp) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  Engine* engine = nullptr;
-  {
-    // It registers with its first batch, which may not have come yet.
-    std::unique_lock lock(engines().mutex);
-    engines().added.wait_until(lock, deadline,
-                               [&] { return engines().byId.count({id.rank, id.local}) != 0; });
+  // It registers with its first batch, which may not have come yet.
+  std::unique_lock lock(engines().mutex);
+  for (;;) {
     auto it = engines().byId.find({id.rank, id.local});
-    if (it == engines().byId.end()) return false;
-    engine = it->second;
+    if (it != engines().byId.end()) {
+      // Entered under the registry's lock, so its destructor (which takes
+      // that lock first) waits for this wait to end before freeing it.
+      Impl& other = *it->second->impl_;
+      std::unique_lock batch(other.batchMutex);
+      ++other.waiters;
+      batch.unlock();
+      lock.unlock();
+      bool ran = other.waitRun(batches, deadline, giveUp);
+      batch.lock();
+      if (--other.waiters == 0) other.batchArrived.notify_all();
+      return ran;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (giveUp || now >= deadline) return false;
+    engines().added.wait_until(lock, std::min(deadline, now + kGiveUpPoll));
   }
-  return engine->impl_->waitRun(batches, deadline);
 }
 
 LocalTensor Engine::shard(RefId ref, std::uint64_t batches,

@@ -7,6 +7,7 @@
 // engine starts. Runs on the actor's thread, one message at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,9 +29,11 @@ class Engine : public Actor {
   static Engine* find(const ActorId& id);
 
   /// Waits until the engine of actor `id` in this process exists and has
-  /// run its first `batches` batches (AwaitEngine); false after `timeout`.
-  static bool awaitRun(const ActorId& id, std::uint64_t batches,
-                         std::chrono::milliseconds timeout);
+  /// run its first `batches` batches (AwaitEngine); false after `timeout`,
+  /// once `giveUp` is set (the waiting engine is being destroyed), or when
+  /// that engine is destroyed meanwhile.
+  static bool awaitRun(const ActorId& id, std::uint64_t batches, std::chrono::milliseconds timeout,
+                       const std::atomic<bool>& giveUp);
 
   /// The shard behind `ref` here, once this engine has been given `batches`
   /// batches and run every command of them (the caller's message may come
