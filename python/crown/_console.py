@@ -4,7 +4,8 @@ Every rank runs ``python3 -m crown serve``; rank 0 then keeps the job's mesh
 alive with no program of its own, and serves `crown console` (_console_cli.py)
 on job-PID.console, a Unix socket beside the debug server's (crown/debug/
 server.h), in the same private directory and behind the same token and HMAC
-handshake:
+handshake (and with CROWN_DEBUG_TCP on a TCP port too, the debug server's
+plus one, written to job-PID.console.tcp):
 
     server: "crown-console 1 NONCE\\n"
     client: "HMAC console" | "HMAC run" | "HMAC stop"
@@ -40,7 +41,7 @@ import traceback
 from typing import Callable, Optional
 
 from . import _crown, _logs, _placement, _runtime, _supervision
-from .cli import debug_directory
+from ._jobs import debug_directory, tcp_setting, write_private
 
 HELLO = "crown-console"
 _HANDSHAKE_TIMEOUT_S = 5.0
@@ -145,17 +146,30 @@ class ConsoleServer:
         self.path = socket_path(os.getpid())
         if os.path.exists(self.path):
             os.unlink(self.path)  # a pid reused after a job that was killed
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
         os.chmod(self.path, 0o600)
-        self._listener.listen(8)
+        self._listeners = [listener]
+        self._tcp_file = None
+        tcp = tcp_setting()
+        if tcp is not None:  # for consoles on other nodes (the debug server's port + 1)
+            host, port, advertised = tcp
+            listener = socket.create_server((host, port + 1 if port else 0))
+            self._listeners.append(listener)
+            self._tcp_file = self.path + ".tcp"
+            write_private(self._tcp_file, f"{advertised} {listener.getsockname()[1]} "
+                                          f"{socket.gethostname()}\n")
+        for listener in self._listeners:
+            listener.listen(8)
 
     # -- the main thread ------------------------------------------------------
 
     def serve_forever(self) -> None:
         """Runs the pieces the consoles send until `crown stop` (or Ctrl-C on
         the job's own terminal)."""
-        threading.Thread(target=self._accept, daemon=True, name="crown-console").start()
+        for listener in self._listeners:
+            threading.Thread(target=self._accept, args=(listener,), daemon=True,
+                             name="crown-console").start()
         try:
             while True:
                 try:
@@ -169,9 +183,11 @@ class ConsoleServer:
                     raise
         finally:
             self._stopping.set()
-            self._listener.close()
-            if os.path.exists(self.path):
-                os.unlink(self.path)
+            for listener in self._listeners:
+                listener.close()
+            for path in (self.path, self._tcp_file):
+                if path is not None and os.path.exists(path):
+                    os.unlink(path)
 
     def _run(self, piece: _Piece) -> None:
         with self._running_lock:
@@ -193,10 +209,10 @@ class ConsoleServer:
 
     # -- the consoles' threads ------------------------------------------------
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._stopping.is_set():
             try:
-                sock, _ = self._listener.accept()
+                sock, _ = listener.accept()
             except OSError:
                 return  # closed: the job ends
             threading.Thread(target=self._serve_client, args=(sock,), daemon=True,
@@ -250,13 +266,14 @@ class ConsoleServer:
         """The debug server's check, in Python: the same user, who read the token."""
         sock.settimeout(_HANDSHAKE_TIMEOUT_S)
         try:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                    struct.calcsize("3i"))
-            _, uid, _ = struct.unpack("3i", creds)
-            if uid != os.geteuid():
-                sock.sendall(b"refused: only the job's own user may connect\n")
-                _crown.log("warn", f"console: refused a connection from uid {uid}")
-                return None
+            if sock.family == socket.AF_UNIX:  # over TCP the token alone tells the user
+                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                        struct.calcsize("3i"))
+                _, uid, _ = struct.unpack("3i", creds)
+                if uid != os.geteuid():
+                    sock.sendall(b"refused: only the job's own user may connect\n")
+                    _crown.log("warn", f"console: refused a connection from uid {uid}")
+                    return None
             nonce = os.urandom(32)
             sock.sendall(f"{HELLO} 1 {nonce.hex()}\n".encode("ascii"))
             line = b""

@@ -15,14 +15,14 @@ import sys
 import time
 from typing import List
 
-from .cli import CliError, connect
+from ._jobs import CliError, Job, connect
 
 HELLO = "crown-console"  # as _console.HELLO (that module needs a running job to import)
 
 
 class _Connection:
-    def __init__(self, path: str, command: str):
-        self._sock = connect(path, command, 10.0, hello=HELLO)
+    def __init__(self, job: Job, command: str):
+        self._sock = connect(job, job.console_address(), command, 10.0, hello=HELLO)
         self._sock.settimeout(None)  # code may run for as long as it needs
         self._lines = self._sock.makefile("rb")
 
@@ -57,13 +57,13 @@ class _Connection:
         self._sock.close()
 
 
-def attach(path: str) -> int:
+def attach(job: Job) -> int:
     """The REPL, until Ctrl-D (which leaves the job and its namespace as they are)."""
     try:
         importlib.import_module("readline")  # input() gains line editing and history
     except ImportError:
         pass
-    connection = _Connection(path, "console")
+    connection = _Connection(job, "console")
     try:
         prompt = connection.until("prompt")["prompt"]
         while True:
@@ -86,14 +86,14 @@ def attach(path: str) -> int:
     return 0
 
 
-def run(path: str, script: str, argv: List[str]) -> int:
+def run(job: Job, script: str, argv: List[str]) -> int:
     """The script's exit code, as `python3 script.py` would give it."""
     try:
         with open(script, encoding="utf-8") as f:
             source = f.read()
     except OSError as error:
         raise CliError(f"cannot read the script {script}: {error}") from None
-    connection = _Connection(path, "run")
+    connection = _Connection(job, "run")
     try:
         connection.send(path=os.path.abspath(script), source=source, argv=argv)
         return int(connection.until("exit")["exit"])
@@ -101,33 +101,23 @@ def run(path: str, script: str, argv: List[str]) -> int:
         connection.close()
 
 
-def stop(path: str, pid: int, timeout: float) -> int:
-    """Ends the served job, and waits (at most `timeout`) for its controller to exit."""
-    connection = _Connection(path, "stop")
+def stop(job: Job, timeout: float) -> int:
+    """Ends the served job, and waits (at most `timeout`) for it to end: its
+    controller to exit, or from another node its files to go."""
+    connection = _Connection(job, "stop")
     try:
         connection.until("exit")
     finally:
         connection.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if job.here():
+            try:
+                os.kill(job.pid, 0)
+            except ProcessLookupError:
+                return 0
+        elif not os.path.exists(job.base + ".token"):
             return 0
         time.sleep(0.05)
-    raise CliError(f"the job's controller (pid {pid}) still runs {timeout:.0f} s after it was "
-                   f"told to stop")
-
-
-def console_path(debug_socket: str) -> str:
-    """job-PID.console beside a job's job-PID.sock; CliError when the job is
-    not a served one."""
-    path = debug_socket[:-len(".sock")] + ".console"
-    if not os.path.exists(path):
-        raise CliError(f"the job {os.path.basename(debug_socket)[4:-5]} has no console: only "
-                       f"a served job has one (crownrun --serve -n N)")
-    return path
-
-
-def pid_of(debug_socket: str) -> int:
-    return int(os.path.basename(debug_socket)[len("job-"):-len(".sock")])
+    raise CliError(f"the job's controller (pid {job.pid}) still runs {timeout:.0f} s after it "
+                   f"was told to stop")

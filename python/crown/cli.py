@@ -10,119 +10,20 @@
 
 It reaches the job's debug server (crown/debug/server.h) on the controller's
 host: a Unix socket in a directory only this user may enter, and a token
-file beside it whose HMAC proves the client read it. The server runs on a
-thread of its own, so it answers while the controller's program is blocked.
+file beside it whose HMAC proves the client read it (or, from another node,
+a TCP port: _jobs.py). The server runs on a thread of its own, so it
+answers while the controller's program is blocked.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import hashlib
-import hmac
 import json
-import os
-import re
-import socket
 import sys
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
+from ._jobs import CliError, Job, choose, jobs, request
 from ._stacks import RankStacks, Stacks
-
-
-class CliError(Exception):
-    """What the user is told, with exit code 1."""
-
-
-def debug_directory() -> str:
-    """Where the jobs' servers listen (as debugDirectory() in C++)."""
-    if os.environ.get("CROWN_DEBUG_DIR"):
-        return os.environ["CROWN_DEBUG_DIR"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "crown")
-    return f"/tmp/crown-{os.geteuid()}"
-
-
-def jobs() -> List[Tuple[int, str]]:
-    """(controller pid, socket) of each job whose controller lives on this host."""
-    found = []
-    directory = debug_directory()
-    if os.path.isdir(directory) and not os.access(directory, os.R_OK | os.X_OK):
-        raise CliError(f"cannot look in {directory}: only its owner may (a job's debug server "
-                       f"is private to the user who started the job)")
-    for path in sorted(glob.glob(os.path.join(directory, "job-*.sock"))):
-        pid = int(re.search(r"job-(\d+)\.sock$", path).group(1))
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue  # a job that ended without removing its socket (killed)
-        except PermissionError:
-            pass
-        found.append((pid, path))
-    return found
-
-
-def choose(job: Optional[int]) -> str:
-    running = jobs()
-    if job is not None:
-        for pid, path in running:
-            if pid == job:
-                return path
-        raise CliError(f"no crown job with controller pid {job} on this host "
-                       f"(in {debug_directory()}); `crown jobs` lists them")
-    if not running:
-        raise CliError(f"no crown job of this user runs on this host (looked in "
-                       f"{debug_directory()}); run this on the controller's (rank 0's) host")
-    if len(running) > 1:
-        raise CliError("several crown jobs run here; pick one with --job PID:\n" +
-                       "\n".join(f"  {pid}" for pid, _ in running))
-    return running[0][1]
-
-
-def token_path(path: str) -> str:
-    """The job's token file, beside its debug socket (job-PID.token)."""
-    return re.sub(r"\.(sock|console)$", "", path) + ".token"
-
-
-def connect(path: str, command: str, timeout: float, hello: str = "crown-debug") -> socket.socket:
-    """A socket to a job's server (debug or console) that has proved the
-    token and sent `command`; its answer is left to read."""
-    try:
-        with open(token_path(path)) as f:
-            token = bytes.fromhex(f.read().strip())
-    except OSError as error:
-        raise CliError(f"cannot read the job's token {token_path(path)}: {error}") from None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-        except OSError as error:
-            raise CliError(f"cannot reach the job's server at {path}: {error}") from None
-        greeting = b""
-        while not greeting.endswith(b"\n") and len(greeting) < 256:
-            got = sock.recv(1)
-            if not got:
-                break
-            greeting += got
-        words = greeting.decode("ascii", "replace").split()
-        if len(words) != 3 or words[:2] != [hello, "1"]:
-            raise CliError(f"the server at {path} said {greeting.decode('utf-8', 'replace')!r}")
-        proof = hmac.new(token, bytes.fromhex(words[2]), hashlib.sha256).hexdigest()
-        sock.sendall(f"{proof} {command}\n".encode("utf-8"))  # a pdb line may be any text
-        return sock
-    except BaseException:
-        sock.close()
-        raise
-
-
-def request(path: str, command: str, timeout: float) -> bytes:
-    """Proves the token, sends `command`, returns the whole answer."""
-    with connect(path, command, timeout) as sock:
-        answer = sock.makefile("rb").read()
-    if answer.startswith(b"refused: ") or answer.startswith(b"error: "):
-        raise CliError(answer.decode("utf-8", "replace").strip())
-    return answer
 
 
 def parse_stacks(answer: bytes) -> List[RankStacks]:
@@ -143,53 +44,60 @@ def parse_stacks(answer: bytes) -> List[RankStacks]:
                                   parts[2], parts[3]))
 
 
-STATUS_FIELDS = ("pid", "rss", "actors", "queued", "inflight", "handled")
+STATUS_FIELDS = ("pid", "rss", "actors", "queued", "inflight", "handled", "heard")
 
 
 def parse_status(answer: bytes) -> List[dict]:
     """One dict a rank: rank, state (alive, stopped at a pdb prompt, lost,
-    silent), host, and for a live rank pid, rss (bytes), actors, queued,
-    inflight, handled; for a silent one, error."""
+    silent), host, heard (ms since the controller last heard from it; absent
+    for the controller and a rank with no link), and for a live rank pid, rss
+    (bytes), actors, queued, inflight, handled; for a silent one, error."""
     rows = []
     for line in answer.decode("utf-8", "replace").splitlines():
         if line == "end":
             return rows
         words = line.split(" ")
         row = {"rank": int(words[1]), "state": words[3], "host": words[5]}
-        if len(words) > 6 and words[6] == "error":
-            row["error"] = " ".join(words[7:])
-        else:
-            for name, value in zip(words[6::2], words[7::2]):
-                row[name] = int(value)
+        at = 6
+        while at + 1 < len(words):  # "name value" pairs; an error is the rest of the line
+            if words[at] == "error":
+                row["error"] = " ".join(words[at + 1:])
+                break
+            row[words[at]] = int(words[at + 1])
+            at += 2
         rows.append(row)
     raise CliError("the job's status ended early")
 
 
 def status_table(rows: List[dict]) -> str:
-    head = f"{'rank':>5} {'host':<16} {'pid':>8} {'state':<7} {'actors':>6} {'queued':>7} " \
-           f"{'in flight':>9} {'handled':>10} {'RSS MiB':>8}"
+    def heard(row: dict) -> str:  # "0.4 s"; "-" for the controller, or a rank with no link
+        return f"{row['heard'] / 1000:.1f} s" if "heard" in row else "-"
+
+    head = f"{'rank':>5} {'host':<16} {'pid':>8} {'state':<7} {'heard':>7} {'actors':>6} " \
+           f"{'queued':>7} {'in flight':>9} {'handled':>10} {'RSS MiB':>8}"
     lines = [head]
     for row in rows:
         if row["state"] in ("alive", "stopped"):  # stopped: at a pdb prompt
             lines.append(f"{row['rank']:>5} {row['host']:<16} {row['pid']:>8} {row['state']:<7} "
-                         f"{row['actors']:>6} {row['queued']:>7} {row['inflight']:>9} "
-                         f"{row['handled']:>10} {row['rss'] / 2**20:>8.1f}")
+                         f"{heard(row):>7} {row['actors']:>6} {row['queued']:>7} "
+                         f"{row['inflight']:>9} {row['handled']:>10} {row['rss'] / 2**20:>8.1f}")
         else:
             why = f"  {row['error']}" if row.get("error") else ""
-            lines.append(f"{row['rank']:>5} {row['host']:<16} {'-':>8} {row['state']:<7}{why}")
+            lines.append(f"{row['rank']:>5} {row['host']:<16} {'-':>8} {row['state']:<7} "
+                         f"{heard(row):>7}{why}")
     return "\n".join(lines)
 
 
-def live_status(path: str, timeout: float) -> None:
+def live_status(job: Job, timeout: float) -> None:
     """The status table, refreshed each second until q (or Ctrl-C)."""
     import curses
 
     def draw(screen):
         screen.nodelay(True)
         while True:
-            rows = parse_status(request(path, "status", timeout))
+            rows = parse_status(request(job, "status", timeout))
             screen.erase()
-            screen.addstr(0, 0, f"crown status: {path}  (q quits)")
+            screen.addstr(0, 0, f"crown status: job {job.pid}  (q quits)")
             for i, line in enumerate(status_table(rows).splitlines()):
                 if i + 2 < curses.LINES:
                     screen.addstr(i + 2, 0, line[:curses.COLS - 1])
@@ -243,36 +151,33 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command in ("console", "stop"):
             from . import _console_cli
 
-            path = choose(args.job)
-            console_socket = _console_cli.console_path(path)
+            job = choose(args.job)
             if args.command == "stop":
-                return _console_cli.stop(console_socket, _console_cli.pid_of(path), args.timeout)
+                return _console_cli.stop(job, args.timeout)
             if args.run is None:
                 if args.script_args:
                     raise CliError(f"unexpected arguments {args.script_args}: say --run SCRIPT")
-                return _console_cli.attach(console_socket)
-            return _console_cli.run(console_socket, args.run, args.script_args)
+                return _console_cli.attach(job)
+            return _console_cli.run(job, args.run, args.script_args)
         if args.command == "jobs":
-            for pid, path in jobs():
-                print(f"{pid}\t{path}")
+            for job in jobs():
+                print(f"{job.pid}\t{job.debug_address()}")
             return 0
+        job = choose(args.job)
         if args.command == "status":
-            path = choose(args.job)
             if args.json or args.once or not sys.stdout.isatty():
-                rows = parse_status(request(path, "status", args.timeout))
+                rows = parse_status(request(job, "status", args.timeout))
                 print(json.dumps(rows, indent=1) if args.json else status_table(rows))
             else:
-                live_status(path, args.timeout)
+                live_status(job, args.timeout)
             return 0
         if args.command == "debug":
             from ._debug_cli import DebugShell
 
-            path = choose(args.job)
-            request(path, "ping", 5.0)  # the job is there before the shell starts
-            DebugShell(lambda command: request(path, command, 10.0)).cmdloop()
+            request(job, "ping", 5.0)  # the job is there before the shell starts
+            DebugShell(lambda command: request(job, command, 10.0)).cmdloop()
             return 0
-        path = choose(args.job)
-        replies = parse_stacks(request(path, "stacks native" if args.native else "stacks",
+        replies = parse_stacks(request(job, "stacks native" if args.native else "stacks",
                                        args.timeout))
         if args.json:
             print(json.dumps([reply._asdict() for reply in replies], indent=1))

@@ -77,9 +77,16 @@ def main():
         check(all(row["state"] == "alive" and row["rss"] > 0 and row["actors"] >= 1
                   for row in rows), rows)
         check(rows[2]["handled"] >= 2 and rows[3]["handled"] >= 1, rows)  # pings, spawns, the spin
+        # The controller's links keep reading heartbeats while its program is
+        # blocked: it heard from each worker lately (ms; the bound leaves room
+        # for a loaded machine). Its own row has no link, so no "heard".
+        check("heard" not in rows[0], rows)
+        check(all(isinstance(row.get("heard"), int) and 0 <= row["heard"] < 60000
+                  for row in rows[1:]), rows)
         print(f"crown status: 4 ranks in {took:.2f} s", flush=True)
         table = crown_cli("status", "--once", env=env)
         check(table.returncode == 0 and len(table.stdout.splitlines()) == 5, table.stdout)
+        check(" heard " in table.stdout.splitlines()[0] and " s " in table.stdout, table.stdout)
         print(table.stdout, flush=True)
 
         # A client that cannot prove it read the token is refused.

@@ -260,6 +260,10 @@ void Proc::admitRank(Rank rank, const std::string& host, const std::string& addr
 bool Proc::alive(Rank rank) const { return impl_->requests.alive(rank); }
 bool Proc::joined(Rank rank) const { return impl_->requests.exists(rank); }
 
+std::optional<std::chrono::steady_clock::time_point> Proc::lastHeard(Rank rank) const {
+  return impl_->transport->lastHeard(rank);
+}
+
 void Proc::declareLost(Rank peer, const std::string& reason) {
   CROWN_CHECK(peer < size() && peer != rank(), "declareLost of rank " + std::to_string(peer));
   impl_->onPeerLost(*this, peer, reason);

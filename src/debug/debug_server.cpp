@@ -3,14 +3,21 @@
 // the next one out for long.
 #include "crown/debug/server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <span>
@@ -18,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
@@ -88,6 +96,18 @@ std::string encodeStacks(const std::vector<RankStacks>& all) {
   return out + "end\n";
 }
 
+// " heard MS": how long ago the controller last read bytes from rank `r`;
+// a live link carries a heartbeat at least every CROWN_HEARTBEAT_INTERVAL_MS,
+// so a large value means a quiet, or dying, link. Empty for the controller
+// itself and for a rank it has no live link to.
+std::string heardField(const Proc& proc, Rank r) {
+  auto heard = proc.lastHeard(r);
+  if (!heard) return "";
+  auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - *heard);
+  return " heard " + std::to_string(std::max<std::int64_t>(ago.count(), 0));
+}
+
 std::string encodeStatus(Proc& proc) {
   std::vector<Rank> live;
   std::string out;
@@ -99,14 +119,17 @@ std::string encodeStatus(Proc& proc) {
     if (proc.alive(r)) {
       live.push_back(r);
     } else if (proc.joined(r)) {
-      out += "rank " + std::to_string(r) + " state lost host " + proc.host(r) + "\n";
+      out += "rank " + std::to_string(r) + " state lost host " + proc.host(r) + heardField(proc, r) +
+             "\n";
     }
   }
   for (const auto& one : collectStatus(proc, live, std::chrono::milliseconds(2000))) {
     std::string state = !one.error.empty()        ? "silent"
                         : stopped.count(one.rank) ? "stopped"
                                                   : "alive";
-    out += "rank " + std::to_string(one.rank) + " state " + state + " host " + one.host;
+    // After the answers came (up to 2 s): how fresh each link is now.
+    out += "rank " + std::to_string(one.rank) + " state " + state + " host " + one.host +
+           heardField(proc, one.rank);
     if (one.error.empty()) {
       out += " pid " + std::to_string(one.pid) + " rss " + std::to_string(one.rssBytes) +
              " actors " + std::to_string(one.actors) + " queued " + std::to_string(one.queued) +
@@ -156,6 +179,73 @@ std::string answerPdb(Proc& proc, const std::string& args) {
   return "ok\n";
 }
 
+// CROWN_DEBUG_TCP=[HOST][:PORT] (as tcp_setting() in python/crown/_jobs.py):
+// the address to bind, the port (0: a free one), and the host a client on
+// another node is told to reach; nullopt when unset.
+struct TcpSetting {
+  std::string bind;
+  int port = 0;
+  std::string advertised;
+};
+
+std::string nodeName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::optional<TcpSetting> tcpSetting() {
+  auto text = env::get("CROWN_DEBUG_TCP");
+  if (!text) return std::nullopt;
+  TcpSetting out;
+  std::string port = "0";
+  auto colon = text->rfind(':');
+  out.bind = colon == std::string::npos ? *text : text->substr(0, colon);
+  if (colon != std::string::npos) port = text->substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) > 65535) {
+    throw ConfigError("CROWN_DEBUG_TCP=" + *text + ": expected [HOST][:PORT], PORT from 0 to 65535");
+  }
+  out.port = std::stoi(port);
+  if (out.bind.empty() || out.bind == "0.0.0.0") {
+    out.bind = "0.0.0.0";
+    out.advertised = nodeName();
+  } else {
+    out.advertised = out.bind;
+  }
+  return out;
+}
+
+// A listening TCP socket on `setting` (IPv4: the fabric's own addresses are
+// too); returns the port it took.
+int listenTcp(const TcpSetting& setting, int& fd) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(setting.port));
+  if (::inet_pton(AF_INET, setting.bind.c_str(), &address.sin_addr) != 1) {
+    throw ConfigError("CROWN_DEBUG_TCP: '" + setting.bind + "' is not an IPv4 address");
+  }
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int yes = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  socklen_t size = sizeof address;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(fd, 8) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+    throw Error("cannot listen on TCP " + setting.bind + ":" + std::to_string(setting.port) +
+                " (CROWN_DEBUG_TCP): " + std::strerror(errno));
+  }
+  return ntohs(address.sin_port);
+}
+
+void writePrivate(const std::string& path, const std::string& text) {
+  ::unlink(path.c_str());  // a pid reused after a job that left it behind
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error("cannot write " + path);
+  bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!written) throw Error("cannot write " + path);
+}
+
 }  // namespace
 
 std::string debugDirectory() {
@@ -186,6 +276,8 @@ struct DebugServer::Impl {
   std::string tokenPath;
   transport::Secret token{};
   int listenFd = -1;
+  int tcpFd = -1;           // CROWN_DEBUG_TCP: for clients on other nodes
+  std::string addressPath;  // job-PID.tcp: where tcpFd is reached
   int wake[2] = {-1, -1};
   std::thread thread;
 
@@ -197,41 +289,49 @@ struct DebugServer::Impl {
       [[maybe_unused]] ssize_t n = ::write(wake[1], &byte, 1);
     }
     if (thread.joinable()) thread.join();
-    for (int fd : {listenFd, wake[0], wake[1]}) {
+    for (int fd : {listenFd, tcpFd, wake[0], wake[1]}) {
       if (fd >= 0) ::close(fd);
     }
-    if (!socketPath.empty()) ::unlink(socketPath.c_str());
-    if (!tokenPath.empty()) ::unlink(tokenPath.c_str());
+    for (const std::string* path : {&socketPath, &tokenPath, &addressPath}) {
+      if (!path->empty()) ::unlink(path->c_str());
+    }
   }
 
   void serve() {
     for (;;) {
-      pollfd fds[2] = {{listenFd, POLLIN, 0}, {wake[0], POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) continue;
-      if (fds[1].revents != 0) return;
-      if ((fds[0].revents & POLLIN) == 0) continue;
-      int client = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) continue;
-      try {
-        answer(client);
-      } catch (const std::exception& e) {
-        sendAll(client, std::string("error: ") + e.what() + "\n");
+      // A TCP port that is not set is -1, which poll skips.
+      pollfd fds[3] = {{listenFd, POLLIN, 0}, {tcpFd, POLLIN, 0}, {wake[0], POLLIN, 0}};
+      if (::poll(fds, 3, -1) < 0) continue;
+      if (fds[2].revents != 0) return;
+      for (int i = 0; i < 2; ++i) {
+        if ((fds[i].revents & POLLIN) == 0) continue;
+        int client = ::accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (client < 0) continue;
+        try {
+          answer(client, /*local=*/i == 0);
+        } catch (const std::exception& e) {
+          sendAll(client, std::string("error: ") + e.what() + "\n");
+        }
+        ::close(client);
       }
-      ::close(client);
     }
   }
 
-  void answer(int client) {
+  // A local client must be this user (SO_PEERCRED); over TCP the token's
+  // proof alone says so, since only this user can read the token.
+  void answer(int client, bool local) {
     timeval bound{kClientTimeoutSeconds, 0};
     ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
     ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
-    ucred peer{};
-    socklen_t size = sizeof peer;
-    if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 ||
-        peer.uid != ::geteuid()) {
-      sendAll(client, "refused: only the job's own user may connect\n");
-      log::get().warn("debug server: refused a connection from uid {}", peer.uid);
-      return;
+    if (local) {
+      ucred peer{};
+      socklen_t size = sizeof peer;
+      if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 ||
+          peer.uid != ::geteuid()) {
+        sendAll(client, "refused: only the job's own user may connect\n");
+        log::get().warn("debug server: refused a connection from uid {}", peer.uid);
+        return;
+      }
     }
     transport::Nonce nonce = transport::randomNonce();
     sendAll(client, "crown-debug 1 " + toHex(nonce) + "\n");
@@ -277,13 +377,14 @@ std::unique_ptr<DebugServer> DebugServer::start(Proc& proc) {
   }
   impl->token = transport::randomSecret();
   impl->tokenPath = base + ".token";
-  ::unlink(impl->tokenPath.c_str());  // a pid reused after a job that left it behind
-  int tokenFd = ::open(impl->tokenPath.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-  if (tokenFd < 0) throw Error("cannot write the debug token " + impl->tokenPath);
-  std::string hex = toHex(impl->token) + "\n";
-  bool written = ::write(tokenFd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
-  ::close(tokenFd);
-  if (!written) throw Error("cannot write the debug token " + impl->tokenPath);
+  writePrivate(impl->tokenPath, toHex(impl->token) + "\n");
+  if (auto tcp = tcpSetting()) {
+    int port = listenTcp(*tcp, impl->tcpFd);
+    impl->addressPath = base + ".tcp";
+    writePrivate(impl->addressPath,
+                 tcp->advertised + " " + std::to_string(port) + " " + nodeName() + "\n");
+    log::get().info("debug server on TCP {}:{}", tcp->advertised, port);
+  }
 
   impl->listenFd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   address.sun_family = AF_UNIX;

@@ -113,6 +113,17 @@ class RoutingTransport final : public Transport {
     }
   }
 
+  // The latest over every backend, not only the peer's route: each side
+  // picks its own, so the link the peer opened may be on another backend.
+  std::optional<std::chrono::steady_clock::time_point> lastHeard(Rank peer) const override {
+    std::optional<std::chrono::steady_clock::time_point> latest;
+    for (const auto& backend : backends_) {
+      auto heard = backend->lastHeard(peer);
+      if (heard && (!latest || *heard > *latest)) latest = heard;
+    }
+    return latest;
+  }
+
   void stop(std::chrono::milliseconds flushTimeout) override {
     if (!started_) return;
     started_ = false;

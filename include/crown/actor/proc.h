@@ -12,9 +12,11 @@
 // registered type and stops them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,10 @@ class Proc {
   bool alive(Rank rank) const;
   /// Joined once (alive, or lost since): not a vacant slot.
   bool joined(Rank rank) const;
+  /// When this proc's transport last heard from `rank` (a frame or a
+  /// heartbeat; Transport::lastHeard): nullopt for this proc itself, a rank
+  /// with no live link to it, or a transport that keeps no such time.
+  std::optional<std::chrono::steady_clock::time_point> lastHeard(Rank rank) const;
   /// A vacant slot's rank joined: a process started to replace a lost one,
   /// on `host`, listening at `address` (its transport's). From here on it is
   /// alive and reachable. Throws ConfigError when the slot is not vacant or

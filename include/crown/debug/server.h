@@ -4,14 +4,21 @@
 // controller's program is blocked, GIL and all. It lives in a directory only
 // the job's user can enter (CROWN_DEBUG_DIR, else $XDG_RUNTIME_DIR/crown or
 // /tmp/crown-UID, made 0700 and refused if anyone else can enter it), as
-// job-PID.sock beside job-PID.token (0600, 32 random bytes in hex). A client
-// must be the same user (SO_PEERCRED) and prove it read the token:
+// job-PID.sock beside job-PID.token (0600, 32 random bytes in hex). With
+// CROWN_DEBUG_TCP=[HOST][:PORT] it also listens on TCP, for a client on
+// another node that shares the directory (CROWN_DEBUG_DIR in the user's
+// home), and writes "HOST PORT NODE" to job-PID.tcp (0600). A local client
+// must be the same user (SO_PEERCRED); every client must prove it read the
+// token (only the job's user can):
 //   server: "crown-debug 1 NONCE\n"          (NONCE: 32 random bytes, hex)
 //   client: "HMAC COMMAND [ARGS]\n"           (HMAC-SHA256(token, nonce), hex)
 //   server: the answer, then closes; "refused: why\n" when the proof fails.
 // Commands: "ping" ("ok"); "status": a line per rank that joined, "rank R
-// state alive host H pid P rss B actors A queued Q inflight I handled M" (or
-// "state lost host H", or "state silent host H error WHY"), then "end";
+// state alive host H heard T pid P rss B actors A queued Q inflight I
+// handled M" (or "state lost host H heard T", or "state silent host H heard
+// T error WHY"), then "end"; T: milliseconds since the controller last read
+// bytes (a frame, a heartbeat) from the rank, left out for the controller
+// itself and for a rank it has no live link to;
 // "stacks [native]": every live rank's stacks
 // (stacks.h), each as "rank R pid P host-bytes H python-bytes Y native-bytes
 // N error-bytes E\n" followed by those bytes, then "end\n"; "pdb list",

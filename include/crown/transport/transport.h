@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +77,14 @@ class Transport {
   virtual void depart(const std::string& lastWords, std::chrono::milliseconds bound) {
     (void)lastWords;
     (void)bound;
+  }
+  /// When this rank last read bytes from `peer` (a frame or a heartbeat) on
+  /// a live link: how fresh its sign of life is, for status views (crown
+  /// status). nullopt when there is no live link to that peer (this rank
+  /// itself included) or the transport keeps no such time. Any thread.
+  virtual std::optional<std::chrono::steady_clock::time_point> lastHeard(Rank peer) const {
+    (void)peer;
+    return std::nullopt;
   }
 };
 

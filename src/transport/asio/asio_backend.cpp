@@ -330,6 +330,16 @@ void AsioBackend::depart(const std::string& lastWords, std::chrono::milliseconds
   }
 }
 
+std::optional<std::chrono::steady_clock::time_point> AsioBackend::lastHeard(Rank peer) const {
+  std::optional<std::chrono::steady_clock::time_point> latest;
+  std::lock_guard lock(mutex_);  // then each link's, as stop() takes them
+  for (const auto& link : links_) {
+    auto heard = link->lastHeardFrom(peer);
+    if (heard && (!latest || *heard > *latest)) latest = heard;
+  }
+  return latest;
+}
+
 void AsioBackend::forget(const std::shared_ptr<Link>& link, bool dropSendLink) {
   std::lock_guard lock(mutex_);
   links_.erase(link);

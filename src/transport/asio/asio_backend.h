@@ -42,6 +42,9 @@ class AsioBackend final : public Backend {
   void send(Rank to, OutMessage message) override;
   void stop(std::chrono::milliseconds flushTimeout) override;
   void depart(const std::string& lastWords, std::chrono::milliseconds bound) override;
+  /// The latest of the live links with `peer` (its send link, and the one
+  /// the peer opened, when they differ).
+  std::optional<std::chrono::steady_clock::time_point> lastHeard(Rank peer) const override;
 
   // For the links.
   asio::io_context& io();

@@ -349,6 +349,18 @@ bool Link::answered(std::uint64_t id) {
   return inFlight_.erase(id) > 0;
 }
 
+std::optional<std::chrono::steady_clock::time_point> Link::lastHeardFrom(Rank peer) {
+  {
+    // A server link learns its peer in the handshake (peer_ is 0 until
+    // then); it is written before the link turns ready under mutex_.
+    std::lock_guard lock(mutex_);
+    if (state_ != State::kReady || peer_ != peer) return std::nullopt;
+  }
+  std::int64_t ticks = lastHeard_.load();
+  if (ticks == 0) return std::nullopt;  // heartbeats off, and nothing read yet
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks));
+}
+
 void Link::close() {
   {
     std::lock_guard lock(mutex_);

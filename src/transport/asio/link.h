@@ -62,6 +62,9 @@ class Link : public std::enable_shared_from_this<Link> {
   bool idle();
   /// The answer to request `id` came back; false when it was not sent here.
   bool answered(std::uint64_t id);
+  /// When this link last read bytes from `peer`, while it is ready and
+  /// `peer`'s; nullopt before its first bytes or once it died. Any thread.
+  std::optional<std::chrono::steady_clock::time_point> lastHeardFrom(Rank peer);
   void close();  // on the strand
   Strand& strand() { return strand_; }
 

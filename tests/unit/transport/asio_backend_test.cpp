@@ -1,6 +1,7 @@
 // What only the Asio backends do, beyond the conformance suite
-// (conformance_test.cpp): heartbeats on quiet links, silent peers, the
-// listen address, and the routing fabric's choice of backend per peer.
+// (conformance_test.cpp): heartbeats on quiet links, silent peers, when a
+// peer was last heard, the listen address, and the routing fabric's choice
+// of backend per peer.
 #include <gtest/gtest.h>
 
 #include "crown/transport/transport.h"
@@ -83,6 +84,41 @@ TEST_P(AsioBackendTest, ASilentPeerIsLostAfterTheMissedHeartbeats) {
   EXPECT_LT(elapsed, 2s);
   EXPECT_EQ(a.lost[0], 1u);
   EXPECT_EQ(a.lostWhy[0].kind, LinkError::Kind::kTimeout) << a.lostWhy[0].toString();
+}
+
+// How fresh a peer's sign of life is (crown status's "heard"): unknown
+// before there is a link to it, the time of the last bytes read once a
+// frame arrives, and kept fresh by heartbeats while the link is quiet.
+// Heartbeats every 20 ms (optionsFor).
+void expectLastHeardFollowsTheLink(Node& a, Node& b) {
+  EXPECT_FALSE(b.transport->lastHeard(0));  // no link yet
+  auto sent = std::chrono::steady_clock::now();
+  a.send(1, "hello");
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  auto first = b.transport->lastHeard(0);
+  ASSERT_TRUE(first);
+  EXPECT_GE(*first, sent);
+  EXPECT_LT(std::chrono::steady_clock::now() - *first, 1s);
+  EXPECT_FALSE(b.transport->lastHeard(1));  // itself
+  std::this_thread::sleep_for(200ms);  // quiet: only heartbeats
+  auto later = b.transport->lastHeard(0);
+  ASSERT_TRUE(later);
+  EXPECT_GT(*later, *first);
+}
+
+TEST_P(AsioBackendTest, LastHeardIsWhenThePeersLastBytesArrived) {
+  Secret secret = randomSecret();
+  Node a(make(optionsFor(0, secret, 20ms))), b(make(optionsFor(1, secret, 20ms)));
+  startPair(a, b);
+  expectLastHeardFollowsTheLink(a, b);
+}
+
+TEST(AsioFabric, LastHeardComesFromTheBackendThatCarriesThePeer) {
+  Secret secret = randomSecret();
+  Node a(makeAsioTransport(optionsFor(0, secret, 20ms)));
+  Node b(makeAsioTransport(optionsFor(1, secret, 20ms)));
+  startPair(a, b);
+  expectLastHeardFollowsTheLink(a, b);
 }
 
 TEST(AsioBackend, UnusableAddressIsABootstrapError) {

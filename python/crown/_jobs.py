@@ -1,0 +1,204 @@
+"""Finding this user's crown jobs and reaching their servers (the CLI's
+side of crown/debug/server.h and _console.py).
+
+A job's controller leaves, in the debug directory (made 0700 for its user
+alone; CROWN_DEBUG_DIR, else $XDG_RUNTIME_DIR/crown or /tmp/crown-UID):
+
+    job-PID.token         32 random bytes, hex (0600): what a client proves it read
+    job-PID.sock          the debug server's Unix socket (crown stacks, status, debug)
+    job-PID.console       a served job's console (crownrun --serve)
+    job-PID.tcp           with CROWN_DEBUG_TCP: "HOST PORT NODE" of the debug server's
+    job-PID.console.tcp   ... and of the console's TCP port
+
+A client on the controller's node uses the Unix sockets (where the server
+also checks, with SO_PEERCRED, that it is the same user). One on another
+node, with CROWN_DEBUG_DIR on a filesystem both see (the user's home), uses
+the TCP ports, where the token's HMAC alone proves the user: nobody else
+can read the file.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import hmac
+import os
+import re
+import socket
+from typing import List, NamedTuple, Optional, Tuple
+
+
+class CliError(Exception):
+    """What the user is told, with exit code 1."""
+
+
+def debug_directory() -> str:
+    """Where the jobs' servers listen (as debugDirectory() in C++)."""
+    if os.environ.get("CROWN_DEBUG_DIR"):
+        return os.environ["CROWN_DEBUG_DIR"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "crown")
+    return f"/tmp/crown-{os.geteuid()}"
+
+
+def tcp_setting() -> Optional[Tuple[str, int, str]]:
+    """CROWN_DEBUG_TCP=[HOST][:PORT] (as tcpSetting() in C++): (the address
+    to bind, the port, the host to advertise), or None when unset. An empty
+    HOST or 0.0.0.0 binds every interface and advertises this node's name;
+    PORT 0 (the default) takes a free one."""
+    text = os.environ.get("CROWN_DEBUG_TCP", "")
+    if not text:
+        return None
+    host, _, port = text.rpartition(":") if ":" in text else (text, "", "0")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"CROWN_DEBUG_TCP={text!r}: expected [HOST][:PORT], PORT from 0 to 65535")
+    if host in ("", "0.0.0.0"):
+        return "0.0.0.0", int(port), socket.gethostname()
+    return host, int(port), host
+
+
+def write_private(path: str, text: str) -> None:
+    """`text` in a new 0600 file at `path` (one left by a killed job replaced)."""
+    if os.path.exists(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+class Job(NamedTuple):
+    pid: int   # the controller's, on its node
+    base: str  # the debug directory's job-PID
+    node: str  # the controller's node ("" when unknown: a job without TCP)
+
+    def here(self) -> bool:
+        return self.node in ("", socket.gethostname())
+
+    def debug_address(self) -> str:
+        return _address(self, ".sock", ".tcp")
+
+    def console_address(self) -> str:
+        if not os.path.exists(self.base + ".console") and not os.path.exists(
+                self.base + ".console.tcp"):
+            raise CliError(f"the job {self.pid} has no console: only a served job has one "
+                           f"(crownrun --serve -n N)")
+        return _address(self, ".console", ".console.tcp")
+
+
+def _address(job: Job, unix_suffix: str, tcp_suffix: str) -> str:
+    """A Unix socket's path on the controller's node, else "tcp:HOST:PORT"."""
+    if job.here() and os.path.exists(job.base + unix_suffix):
+        return job.base + unix_suffix
+    try:
+        with open(job.base + tcp_suffix) as f:
+            host, port = f.read().split()[:2]
+        return f"tcp:{host}:{port}"
+    except (OSError, ValueError):
+        raise CliError(f"the job {job.pid} runs on {job.node or 'another node'}, and has no TCP "
+                       f"port (its controller needs CROWN_DEBUG_TCP set to be reached from "
+                       f"another node)") from None
+
+
+def jobs() -> List[Job]:
+    """This user's jobs: those whose controller lives on this node, and
+    those elsewhere that listen on TCP (a shared CROWN_DEBUG_DIR)."""
+    found = []
+    directory = debug_directory()
+    if os.path.isdir(directory) and not os.access(directory, os.R_OK | os.X_OK):
+        raise CliError(f"cannot look in {directory}: only its owner may (a job's debug server "
+                       f"is private to the user who started the job)")
+    for token in sorted(glob.glob(os.path.join(directory, "job-*.token"))):
+        base = token[:-len(".token")]
+        pid = int(re.search(r"job-(\d+)$", base).group(1))
+        node = ""
+        try:
+            with open(base + ".tcp") as f:
+                node = f.read().split()[2]
+        except (OSError, IndexError):
+            pass
+        job = Job(pid, base, node)
+        if job.here():
+            if not os.path.exists(base + ".sock"):
+                continue
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue  # a job that ended without removing its files (killed)
+            except PermissionError:
+                pass
+        found.append(job)
+    return found
+
+
+def choose(pid: Optional[int]) -> Job:
+    running = jobs()
+    if pid is not None:
+        for job in running:
+            if job.pid == pid:
+                return job
+        raise CliError(f"no crown job with controller pid {pid} (in {debug_directory()}); "
+                       f"`crown jobs` lists them")
+    if not running:
+        raise CliError(f"no crown job of this user runs on this host (looked in "
+                       f"{debug_directory()}); run this on the controller's (rank 0's) host, "
+                       f"or share CROWN_DEBUG_DIR and set CROWN_DEBUG_TCP for the job")
+    if len(running) > 1:
+        raise CliError("several crown jobs run here; pick one with --job PID:\n" +
+                       "\n".join(f"  {job.pid}\t{job.node or 'this node'}" for job in running))
+    return running[0]
+
+
+def _open(address: str, timeout: float) -> socket.socket:
+    if address.startswith("tcp:"):
+        host, _, port = address[len("tcp:"):].rpartition(":")
+        try:
+            return socket.create_connection((host, int(port)), timeout=timeout)
+        except OSError as error:
+            raise CliError(f"cannot reach the job's server at {host}:{port}: {error}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(address)
+    except OSError as error:
+        sock.close()
+        raise CliError(f"cannot reach the job's server at {address}: {error}") from None
+    return sock
+
+
+def connect(job: Job, address: str, command: str, timeout: float,
+            hello: str = "crown-debug") -> socket.socket:
+    """A socket to one of `job`'s servers (debug or console) that has proved
+    the token and sent `command`; its answer is left to read."""
+    try:
+        with open(job.base + ".token") as f:
+            token = bytes.fromhex(f.read().strip())
+    except OSError as error:
+        raise CliError(f"cannot read the job's token {job.base}.token: {error}") from None
+    sock = _open(address, timeout)
+    try:
+        greeting = b""
+        while not greeting.endswith(b"\n") and len(greeting) < 256:
+            got = sock.recv(1)
+            if not got:
+                break
+            greeting += got
+        words = greeting.decode("ascii", "replace").split()
+        if len(words) != 3 or words[:2] != [hello, "1"]:
+            raise CliError(f"the server at {address} said "
+                           f"{greeting.decode('utf-8', 'replace').strip()!r}")
+        proof = hmac.new(token, bytes.fromhex(words[2]), hashlib.sha256).hexdigest()
+        sock.sendall(f"{proof} {command}\n".encode("utf-8"))  # a pdb line may be any text
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def request(job: Job, command: str, timeout: float) -> bytes:
+    """Proves the token to the job's debug server, sends `command`, returns
+    the whole answer."""
+    with connect(job, job.debug_address(), command, timeout) as sock:
+        answer = sock.makefile("rb").read()
+    if answer.startswith(b"refused: ") or answer.startswith(b"error: "):
+        raise CliError(answer.decode("utf-8", "replace").strip())
+    return answer
