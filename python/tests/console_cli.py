@@ -12,10 +12,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from terminal import Terminal
+from terminal import BackgroundJob, Terminal
 
 PYTHON = sys.executable
 CROWNRUN = sys.argv[1]
@@ -24,27 +23,6 @@ CROWNRUN = sys.argv[1]
 def check(condition, what):
     if not condition:
         raise AssertionError(what)
-
-
-class ServedJob:
-    def __init__(self, env):
-        self.lines = []
-        self.process = subprocess.Popen([CROWNRUN, "-n", "4", "--serve"], env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            print(f"job: {line}", end="", flush=True)
-            self.lines.append(line)
-
-    def wait_for(self, text, timeout=60):
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            check(self.process.poll() is None, f"the served job ended before {text!r}")
-            check(time.monotonic() < deadline, f"the job did not print {text!r} in {timeout} s")
-            time.sleep(0.1)
 
 
 SCRIPT = """\
@@ -72,7 +50,7 @@ def main():
     check(refused.returncode == 2 and "runs no program of its own" in refused.stderr,
           f"crownrun --serve with a program: {refused.returncode} {refused.stderr}")
 
-    job = ServedJob(env)
+    job = BackgroundJob([CROWNRUN, "-n", "4", "--serve"], env)
     terminals = []
     try:
         job.wait_for("crown: serving 4 ranks")
@@ -153,9 +131,7 @@ def main():
     finally:
         for terminal in terminals:
             terminal.close()
-        if job.process.poll() is None:
-            job.process.kill()
-            job.process.wait()
+        job.stop()
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from terminal import Terminal
+from terminal import BackgroundJob, Terminal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
@@ -24,31 +23,6 @@ MPIRUN = sys.argv[1] if len(sys.argv) > 1 else "mpirun"
 def check(condition, what):
     if not condition:
         raise AssertionError(what)
-
-
-class Job:
-    def __init__(self, env):
-        self.lines = []
-        self.process = subprocess.Popen(
-            [MPIRUN, "--oversubscribe", "-n", "4", "-x", "PYTHONPATH", "-x", "CROWN_DEBUG_DIR",
-             "-x", "CROWN_DEBUG_POST_MORTEM", PYTHON, os.path.join(HERE, "debug_job.py")],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            print(f"job: {line}", end="", flush=True)
-            self.lines.append(line)
-
-    def wait_for(self, text, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.lines):
-                return
-            check(self.process.poll() is None or any(text in line for line in self.lines),
-                  f"the job ended before {text!r}")
-            time.sleep(0.1)
-        raise AssertionError(f"the job did not print {text!r} in {timeout} s")
 
 
 def sessions(env):
@@ -73,10 +47,12 @@ def main():
     debug_dir = tempfile.mkdtemp(prefix="crown-debug-test-")
     os.chmod(debug_dir, 0o700)
     env = dict(os.environ, CROWN_DEBUG_DIR=debug_dir, CROWN_DEBUG_POST_MORTEM="1")
-    job = Job(env)
+    job = BackgroundJob([MPIRUN, "--oversubscribe", "-n", "4", "-x", "PYTHONPATH", "-x",
+                         "CROWN_DEBUG_DIR", "-x", "CROWN_DEBUG_POST_MORTEM", PYTHON,
+                         os.path.join(HERE, "debug_job.py")], env)
     terminal = None
     try:
-        job.wait_for("job: calling step")
+        job.wait_for("calling step")
         rows = wait_for_sessions(env, 4, "step")
         print("\n".join(rows), flush=True)
         check(sorted(int(row.split()[1]) for row in rows) == [0, 1, 2, 3], rows)
@@ -116,7 +92,7 @@ def main():
         terminal.expect("[debugee 3] 3\n", "crown_dbg>")
         terminal.type("continue")
         terminal.expect("crown_dbg>")
-        job.wait_for("job: step returned [70, 80, 90, 100]")
+        job.wait_for("step returned [70, 80, 90, 100]")
         print("crown debug: cast to ranks(0,2) and procs=3, continued all", flush=True)
 
         wait_for_sessions(env, 1, "fail")
@@ -128,7 +104,7 @@ def main():
         terminal.expect("3\n", "(Pdb)")
         terminal.type("c")
         terminal.expect("(the session continued)", "crown_dbg>")
-        job.wait_for("job: fail raised ActorError: rank 3 has a bad shard")  # Monarch wraps it
+        job.wait_for("fail raised ActorError: rank 3 has a bad shard")  # Monarch wraps it
         print("crown debug: post-mortem on rank 3, then its caller got the error", flush=True)
         terminal.type("quit")
         check(job.process.wait(timeout=60) == 0, "the job failed")
@@ -136,9 +112,7 @@ def main():
     finally:
         if terminal is not None:
             terminal.close()
-        if job.process.poll() is None:
-            job.process.kill()
-            job.process.wait()
+        job.stop()
 
 
 if __name__ == "__main__":

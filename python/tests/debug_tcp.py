@@ -17,8 +17,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
+
+from terminal import BackgroundJob
 
 PYTHON = sys.executable
 CROWNRUN = sys.argv[1]
@@ -65,15 +65,8 @@ def main():
         os.chmod(shared, 0o700)
         env = dict(os.environ, CROWN_DEBUG_DIR=shared, CROWN_DEBUG_TCP=f"{here}:0",
                    CROWN_LOG_WINDOW="0")
-        lines = []
-        job = subprocess.Popen([CROWNRUN, "-n", "3", "--serve"], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True).start()
-        deadline = time.monotonic() + 60
-        while not any("crown: serving 3 ranks" in line for line in lines):
-            check(job.poll() is None and time.monotonic() < deadline, f"no served job: {lines}")
-            time.sleep(0.1)
-        controller = job.pid  # crownrun's; the controller's pid is in the files' names
+        job = BackgroundJob([CROWNRUN, "-n", "3", "--serve"], env)
+        job.wait_for("crown: serving 3 ranks")
         names = sorted(os.listdir(shared))
         print("shared directory:", names, flush=True)
         pid = int(names[0].split("-")[1].split(".")[0])
@@ -117,15 +110,14 @@ def main():
 
         stopped = other_node(env, PYTHON, "-m", "crown", "stop")
         check(stopped.returncode == 0, stopped)
-        check(job.wait(timeout=60) == 0, f"the served job's crownrun exited {job.returncode}")
+        check(job.process.wait(timeout=60) == 0, "the served job's crownrun did not exit 0")
         left = [name for name in os.listdir(shared) if name.startswith("job-")]
         check(left == [], f"left behind: {left}")
-        print(f"stopped from another node (crownrun {controller} exited 0)", flush=True)
+        print("stopped from another node (its crownrun exited 0)", flush=True)
         print("debug_tcp: PASS", flush=True)
     finally:
-        if job is not None and job.poll() is None:
-            job.kill()
-            job.wait()
+        if job is not None:
+            job.stop()
         if made_user:
             subprocess.run(["userdel", OTHER_USER], check=False)
         subprocess.run(["ip", "link", "del", f"{TAG}-a"], capture_output=True, timeout=30)

@@ -1,11 +1,46 @@
-"""A real terminal for the CLI tests (debug_cli.py, console_cli.py): a
-command in a detached tmux session of its own (its own tmux server, so the
-tests never touch a user's), typed at with send-keys and read with
-capture-pane."""
+"""What the CLI tests (debug_cli.py, console_cli.py, debug_tcp.py) run
+against and in: a job in the background whose output lines are kept, and
+a real terminal, a command in a detached tmux session of its own (its own
+tmux server, so the tests never touch a user's), typed at with send-keys
+and read with capture-pane."""
 import os
 import shlex
 import subprocess
+import threading
 import time
+
+
+class BackgroundJob:
+    """`command` running, its output echoed ("job: ...") and kept in `lines`."""
+
+    def __init__(self, command, env):
+        self.lines = []
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            print(f"job: {line}", end="", flush=True)
+            self.lines.append(line)
+
+    def wait_for(self, text, timeout=60):
+        """Until a line holds `text`; AssertionError when the job ends or the time is up."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.process.poll() is not None:
+                time.sleep(0.2)  # its last lines may still be on their way
+                if any(text in line for line in self.lines):
+                    return
+                raise AssertionError(f"the job ended before {text!r}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the job did not print {text!r} in {timeout} s")
+            time.sleep(0.1)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 class Terminal:

@@ -279,38 +279,44 @@ void Ring::close() {
   futexWake(h.roomWord);
 }
 
-void sendFd(int socket, int fd) {
+namespace {
+
+// One byte of data, and room for one descriptor: what sendFd and receiveFd exchange.
+struct FdMessage {
   char byte = 'r';
   iovec data{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  msghdr header{};
+  FdMessage() {
+    header.msg_iov = &data;
+    header.msg_iovlen = 1;
+    header.msg_control = control;
+    header.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+}  // namespace
+
+void sendFd(int socket, int fd) {
+  FdMessage message;
+  cmsghdr* header = CMSG_FIRSTHDR(&message.header);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
   header->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
-  if (::sendmsg(socket, &message, MSG_NOSIGNAL) != 1) {
+  if (::sendmsg(socket, &message.header, MSG_NOSIGNAL) != 1) {
     throw Error("cannot pass a shared-memory segment: " + errorText());
   }
 }
 
 int receiveFd(int socket) {
-  char byte = 0;
-  iovec data{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  if (::recvmsg(socket, &message, MSG_CMSG_CLOEXEC) != 1) {
+  FdMessage message;
+  if (::recvmsg(socket, &message.header, MSG_CMSG_CLOEXEC) != 1) {
     throw Error("no shared-memory segment came: the socket closed or failed");
   }
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  cmsghdr* header = CMSG_FIRSTHDR(&message.header);
   if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
       header->cmsg_len != CMSG_LEN(sizeof(int))) {
     throw ProtocolError("a message that should carry a shared-memory segment carried none");
