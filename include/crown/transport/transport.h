@@ -136,6 +136,9 @@ struct AsioOptions {
   /// Also listen on an abstract Unix socket, so that ranks on this host skip
   /// the TCP/IP stack (CROWN_SAME_HOST_TRANSPORT=tcp turns this off).
   bool listenLocal = true;
+  /// Ranks on this host exchange frames through shared-memory rings
+  /// (CROWN_SAME_HOST_TRANSPORT=shm; src/transport/shm/shm_backend.h).
+  bool sharedMemory = false;
   /// The threads that run the links (shared with the actors); when null the
   /// transport makes and runs its own pool of one thread.
   std::shared_ptr<IoPool> pool;
@@ -147,8 +150,9 @@ struct AsioOptions {
 std::unique_ptr<Backend> makeTcpBackend(const AsioOptions& options);
 std::unique_ptr<Backend> makeUnixBackend(const AsioOptions& options);
 
-/// The fabric of a real rank: a routing transport over the Unix backend
-/// (when options.listenLocal and it can listen) and the TCP backend.
+/// The fabric of a real rank: a routing transport over the shared-memory
+/// backend (when options.sharedMemory), the Unix backend (when
+/// options.listenLocal and it can listen) and the TCP backend.
 std::unique_ptr<Transport> makeAsioTransport(const AsioOptions& options);
 
 /// The address this host should listen on: CROWN_ADDR if set, else the IPv4

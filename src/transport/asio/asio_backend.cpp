@@ -1,4 +1,5 @@
 #include "transport/asio/asio_backend.h"
+#include "transport/shm/shm_backend.h"
 
 #include <sys/resource.h>
 
@@ -397,6 +398,7 @@ std::unique_ptr<Backend> makeUnixBackend(const AsioOptions& options) {
 
 std::unique_ptr<Transport> makeAsioTransport(const AsioOptions& options) {
   std::vector<std::unique_ptr<Backend>> backends;
+  if (options.sharedMemory) backends.push_back(shm::makeShmBackend(options));
   if (options.listenLocal) {
     try {
       backends.push_back(makeUnixBackend(options));

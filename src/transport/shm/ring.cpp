@@ -249,6 +249,15 @@ Ring::Result Ring::write(std::span<const std::byte> record,
 }
 
 Ring::Result Ring::read(std::vector<std::byte>& out, std::chrono::steady_clock::time_point deadline) {
+  return readRecord(out, deadline);
+}
+
+Ring::Result Ring::read(std::string& out, std::chrono::steady_clock::time_point deadline) {
+  return readRecord(out, deadline);
+}
+
+template <class Buffer>
+Ring::Result Ring::readRecord(Buffer& out, std::chrono::steady_clock::time_point deadline) {
   std::uint64_t length = 0;
   // A record begun is read to its end, however long the writer takes: only
   // the wait for its first byte is bounded by the caller's deadline.
@@ -266,7 +275,7 @@ Ring::Result Ring::read(std::vector<std::byte>& out, std::chrono::steady_clock::
     return Result::kClosed;
   }
   out.resize(length);
-  if (!takeBytes(out.data(), out.size(), forever)) return Result::kClosed;
+  if (!takeBytes(reinterpret_cast<std::byte*>(out.data()), out.size(), forever)) return Result::kClosed;
   return Result::kDone;
 }
 

@@ -7,9 +7,9 @@
 // while they end asleep), and is 0 when spinning is off (more ranks than
 // cores).
 //
-// This is the channel alone. Its segments travel over an authenticated Unix
-// link with SCM_RIGHTS (sendFd/receiveFd), so SEC-1 holds for what may write
-// into them; it is not yet a transport backend of its own.
+// Its segments travel over an authenticated Unix socket with SCM_RIGHTS
+// (sendFd/receiveFd), so SEC-1 holds for what may write into them: the
+// shared-memory backend (shm_backend.h) is built on it.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace crown::transport::shm {
@@ -52,6 +53,7 @@ class Ring {
   /// kClosed once the ring was closed and every whole record was read.
   /// Reader side only.
   Result read(std::vector<std::byte>& out, std::chrono::steady_clock::time_point deadline);
+  Result read(std::string& out, std::chrono::steady_clock::time_point deadline);
   /// Either side: no more records; wakes whoever waits on the other.
   void close();
 
@@ -70,6 +72,8 @@ class Ring {
              std::chrono::steady_clock::time_point deadline);
   bool putBytes(std::span<const std::byte> bytes, std::chrono::steady_clock::time_point deadline);
   bool takeBytes(std::byte* out, std::size_t size, std::chrono::steady_clock::time_point deadline);
+  template <class Buffer>
+  Result readRecord(Buffer& out, std::chrono::steady_clock::time_point deadline);
 
   int fd_ = -1;
   Header* header_ = nullptr;

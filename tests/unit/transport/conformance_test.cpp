@@ -10,6 +10,7 @@
 #include "crown/transport/local.h"
 #include "crown/transport/transport.h"
 #include "support/transport_inbox.h"
+#include "transport/shm/shm_backend.h"
 
 namespace crown::transport {
 namespace {
@@ -121,6 +122,12 @@ Backend fabric() {
             Addresses nowhere{{"unix", "crown-nobody-listens-here\nconformance-host"},
                               {"tcp", "127.0.0.1:1"}};
             return std::make_unique<AsioJob>(job, makeAsioTransport, encodeAddresses(nowhere));
+          }};
+}
+Backend sharedMemory() {
+  return {"shm", [](const JobOptions& job) {
+            return std::make_unique<AsioJob>(job, shm::makeShmBackend,
+                                             "crown-nobody-listens-here\nconformance-host");
           }};
 }
 Backend inProcess() {
@@ -255,11 +262,14 @@ INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformance, ::testing::Values(tcp()), na
 INSTANTIATE_TEST_SUITE_P(Unix, TransportConformance, ::testing::Values(unixSockets()), nameOf);
 INSTANTIATE_TEST_SUITE_P(Fabric, TransportConformance, ::testing::Values(fabric()), nameOf);
 INSTANTIATE_TEST_SUITE_P(InProcess, TransportConformance, ::testing::Values(inProcess()), nameOf);
+INSTANTIATE_TEST_SUITE_P(Shm, TransportConformance, ::testing::Values(sharedMemory()), nameOf);
 // The in-process hub has no secret to get wrong.
 INSTANTIATE_TEST_SUITE_P(Tcp, AuthenticatedTransportConformance, ::testing::Values(tcp()), nameOf);
 INSTANTIATE_TEST_SUITE_P(Unix, AuthenticatedTransportConformance, ::testing::Values(unixSockets()),
                          nameOf);
 INSTANTIATE_TEST_SUITE_P(Fabric, AuthenticatedTransportConformance, ::testing::Values(fabric()),
+                         nameOf);
+INSTANTIATE_TEST_SUITE_P(Shm, AuthenticatedTransportConformance, ::testing::Values(sharedMemory()),
                          nameOf);
 
 }  // namespace
