@@ -41,9 +41,8 @@ import traceback
 from typing import Callable, Optional
 
 from . import _crown, _logs, _placement, _runtime, _supervision
-from ._jobs import debug_directory, tcp_setting, write_private
+from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
 
-HELLO = "crown-console"
 _HANDSHAKE_TIMEOUT_S = 5.0
 
 
@@ -275,7 +274,7 @@ class ConsoleServer:
                     _crown.log("warn", f"console: refused a connection from uid {uid}")
                     return None
             nonce = os.urandom(32)
-            sock.sendall(f"{HELLO} 1 {nonce.hex()}\n".encode("ascii"))
+            sock.sendall(f"{CONSOLE_HELLO} 1 {nonce.hex()}\n".encode("ascii"))
             line = b""
             while not line.endswith(b"\n") and len(line) < 4096:
                 got = sock.recv(1)

@@ -15,14 +15,12 @@ import sys
 import time
 from typing import List
 
-from ._jobs import CliError, Job, connect
-
-HELLO = "crown-console"  # as _console.HELLO (that module needs a running job to import)
+from ._jobs import CONSOLE_HELLO, CliError, Job, connect
 
 
 class _Connection:
     def __init__(self, job: Job, command: str):
-        self._sock = connect(job, job.console_address(), command, 10.0, hello=HELLO)
+        self._sock = connect(job, job.console_address(), command, 10.0, hello=CONSOLE_HELLO)
         self._sock.settimeout(None)  # code may run for as long as it needs
         self._lines = self._sock.makefile("rb")
 

@@ -28,6 +28,9 @@ import socket
 from typing import List, NamedTuple, Optional, Tuple
 
 
+CONSOLE_HELLO = "crown-console"  # a served job's console greets with this (_console.py)
+
+
 class CliError(Exception):
     """What the user is told, with exit code 1."""
 

@@ -123,7 +123,6 @@ class ShmBackend final : public Backend {
     std::lock_guard lock(mutex_);
     peers_ = std::move(peers);
     callbacks_ = std::move(callbacks);
-    started_ = true;
     acceptor_ = std::thread([this] { accept(); });
   }
 
@@ -400,7 +399,6 @@ class ShmBackend final : public Backend {
   std::shared_ptr<IoPool> pool_;
   bool ownsPool_ = false;
   std::mutex mutex_;
-  bool started_ = false;
   bool stopping_ = false;
   std::vector<std::string> peers_;
   TransportCallbacks callbacks_;
