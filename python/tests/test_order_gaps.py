@@ -44,12 +44,30 @@ def recorders():
     return crown.world().spawn("recorder", Recorder)
 
 
+def stop(pid):
+    """SIGSTOPs pid and returns once every thread of it has stopped: kill()
+    returns when the stop is pending, and on a loaded machine the process's
+    other threads run on (forwarding what the test means to strand) until
+    the thread the signal went to is scheduled and stops them all."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        if all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
+        time.sleep(0.001)
+
+
 def kill_after_stop(recorders, rank, while_stopped):
     """SIGSTOPs rank, runs while_stopped(), SIGKILLs it, and returns once the
     controller knows it is lost."""
     victim = recorders.slice(procs=rank)
     pid = victim.pid.call_one().get(timeout=10)
-    os.kill(pid, signal.SIGSTOP)
+    stop(pid)
     while_stopped()
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(SupervisionError):
@@ -117,7 +135,8 @@ def test_broadcasts_beyond_the_window_reach_the_unhandled_fault_hook(recorders):
     deaths = [report for report in reports if isinstance(report, crown.actor.MeshFailure)]
     assert [(death.mesh_name, death.rank) for death in deaths] == [("recorder", 2)], deaths
     reports = [report for report in reports if isinstance(report, crown.actor.MessagesLost)]
-    assert sorted(report.rank for report in reports) == [6, 7]
+    seen = {rank: recorders.slice(procs=rank).seen.call_one("b").get(timeout=10) for rank in (6, 7)}
+    assert sorted(report.rank for report in reports) == [6, 7], seen
     for report in reports:
         assert isinstance(report, crown.actor.MessagesLost)
         assert report.count == 6 and report.last - report.first == 5
