@@ -57,6 +57,11 @@ class _Owned(NamedTuple):
 _owned: Dict[int, _Owned] = {}  # mesh id -> who owns it (meshes spawned on this rank)
 _reported: Set[Tuple[int, int]] = set()  # (mesh id, rank): each member's death is told once
 _lock = threading.Lock()
+# Held from a spawn's start until its owner is recorded (spawning()): a
+# constructor that fails at once reports before spawn() could call
+# spawned(), and the report must find the owner, not fall to the controller.
+# Reentrant: a report on the spawning thread itself passes.
+_spawn_lock = threading.RLock()
 unhandled = []  # failures no hook handled on this rank: the job ends non-zero
 
 
@@ -72,6 +77,14 @@ def system_spawn():
         yield
     finally:
         _system.spawning = False
+
+
+@contextlib.contextmanager
+def spawning():
+    """Around starting a spawn and its spawned(): members' failures reported
+    meanwhile wait for the owner to be known."""
+    with _spawn_lock:
+        yield
 
 
 def spawned(local: int, shape, cls: type, name: str, spawning=None) -> None:
@@ -138,7 +151,7 @@ def rank_lost(rank: int, host: str, cause: str) -> None:
 def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:
     """From the supervision agent of this rank (python/src/bind_runtime.cpp), one
     report at a time."""
-    with _lock:
+    with _spawn_lock, _lock:
         owned = _owned.get(mesh)
         if (mesh, rank) in _reported:
             return  # it died, and then its process went too: one failure

@@ -641,9 +641,10 @@ class ProcMesh(_Sliceable):
         except TypeError as e:
             raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
                                (("the actor class", cls),)) from None
-        local, pending = _crown.spawn_start(self._shape, name, payload)
-        spawning = _Spawning(pending, name)
-        _supervision.spawned(local, self._shape, cls, name, spawning)
+        with _supervision.spawning():
+            local, pending = _crown.spawn_start(self._shape, name, payload)
+            spawning = _Spawning(pending, name)
+            _supervision.spawned(local, self._shape, cls, name, spawning)
         return ActorMesh(self._shape, local, cls, name, spawning)
 
     def activate(self):
