@@ -97,11 +97,11 @@ def _faults_between_tests():
     """A lost process fails its member of every mesh still up, and those
     reports may come after the test that killed it has ended: between tests
     they are printed, not the end of the job (the default hook's; tested by
-    unhandled_failure.py). Tests that look at faults use `faults`."""
-    default = crown.actor.unhandled_fault_hook
+    unhandled_failure.py). Tests that look at faults use `faults`. Kept
+    until shutdown: the reports of a process lost by the session's last test
+    may come after the session's fixtures are gone."""
     crown.actor.unhandled_fault_hook = _stray_fault
     yield
-    crown.actor.unhandled_fault_hook = default
 
 
 def _needs_runtime(session) -> bool:

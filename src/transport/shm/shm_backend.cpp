@@ -1,31 +1,40 @@
 // The shared-memory backend (shm_backend.h). Threads: one accepts links
-// (and runs their handshakes, each bounded by the auth timeout); each
-// inbound link has a reader, which sleeps in its ring when idle; each
-// outbound link has a watcher, asleep in poll() on its socket until the
-// peer goes. Frames are written by the sender's own thread, under the
-// link's mutex, and delivered by the link's reader, so frames to one peer
+// (and runs their handshakes, link_setup.h, each bounded by the auth
+// timeout); each inbound link has a reader, which sleeps in its ring when
+// idle; each outbound link has a watcher, asleep in poll() on its socket
+// until the peer's heartbeat bytes come or it goes (links.h). Frames are written by the sender's
+// own thread, under the link's mutex, and delivered by the link's reader, so frames to one peer
 // keep their order (ORD-1's transport half). onMessage runs on the reader
 // (the router hands handlers to the pool); the failure callbacks run on
 // the pool, never on the sender's thread.
+//
+// Heartbeats: every interval a pool task (tick) writes one byte to each
+// link's socket, both ways, and takes for lost a peer heard from on none of
+// its links (a ring record or a socket byte) for interval x misses: a
+// stopped or hung process keeps its sockets open. Sent by the pool, as the
+// Asio links' are, so a process whose pool is stuck falls silent too.
 #include "transport/shm/shm_backend.h"
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "crown/common/log.h"
-#include "crown/transport/handshake.h"
+#include "transport/shm/link_setup.h"
+#include "transport/shm/links.h"
+#include "transport/shm/liveness.h"
+#include "transport/shm/record.h"
 #include "transport/shm/ring.h"
+#include "transport/shm/socket_util.h"
 
 namespace crown::transport::shm {
 namespace {
@@ -34,50 +43,13 @@ using Clock = std::chrono::steady_clock;
 using Kind = LinkError::Kind;
 
 constexpr std::size_t kRingBytes = 1 << 20;
-constexpr std::chrono::milliseconds kReadSlice{100};  // a reader looks at its socket this often
-constexpr std::chrono::seconds kWriteBound{60};        // a ring that stays full this long: lost
+// A reader looks at its socket (a closed end, heartbeat bytes) this often,
+// and at least once a heartbeat interval.
+constexpr std::chrono::milliseconds kReadSlice{100};
+constexpr std::chrono::seconds kWriteBound{60};  // a ring that stays full this long: lost
 
-sockaddr_un abstractAddress(const std::string& name, socklen_t& size) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, name.data(), std::min(name.size(), sizeof address.sun_path - 2));
-  size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
-                                std::min(name.size(), sizeof address.sun_path - 2));
-  return address;
-}
-
-void setTimeouts(int fd, std::chrono::milliseconds bound) {
-  timeval t{static_cast<time_t>(bound.count() / 1000), static_cast<suseconds_t>(bound.count() % 1000 * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t);
-}
-
-bool sendAll(int fd, const void* data, std::size_t size) {
-  const char* at = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::send(fd, at, size, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    at += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* data, std::size_t size) {
-  char* at = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = ::recv(fd, at, size, 0);
-    if (n <= 0) return false;
-    at += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-// Whether the peer's end of `fd` is gone (its process ended or it stopped).
-bool hungUp(int fd) {
-  pollfd one{fd, POLLIN | POLLRDHUP, 0};
-  return ::poll(&one, 1, 0) > 0 && (one.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+Clock::time_point fromTicks(std::int64_t ticks) {
+  return Clock::time_point(Clock::duration(ticks));
 }
 
 class ShmBackend final : public Backend {
@@ -120,10 +92,28 @@ class ShmBackend final : public Backend {
   }
 
   void start(std::vector<std::string> peers, TransportCallbacks callbacks) override {
+    {
+      std::lock_guard lock(mutex_);
+      peers_ = std::move(peers);
+      callbacks_ = std::move(callbacks);
+      acceptor_ = std::thread([this] { accept(); });
+    }
+    if (options_.heartbeatInterval.count() > 0) {
+      suspension_.started();
+      scheduleTick();
+    }
+  }
+
+  std::optional<Clock::time_point> lastHeard(Rank peer) const override {
     std::lock_guard lock(mutex_);
-    peers_ = std::move(peers);
-    callbacks_ = std::move(callbacks);
-    acceptor_ = std::thread([this] { accept(); });
+    std::int64_t latest = 0;
+    for (const auto& in : ins_) {
+      if (in->peer == peer && in->up) latest = std::max(latest, in->heard.load());
+    }
+    if (auto it = outs_.find(peer); it != outs_.end())
+      latest = std::max(latest, it->second->heard.load());
+    if (latest == 0 || lost_.count(peer)) return std::nullopt;
+    return fromTicks(latest);
   }
 
   // A replacement in a lost rank's slot: a new link to it on the next frame.
@@ -132,6 +122,7 @@ class ShmBackend final : public Backend {
     if (rank >= peers_.size()) peers_.resize(rank + 1);
     peers_[rank] = address;
     lost_.erase(rank);
+    lastWords_.erase(rank);
     if (auto it = outs_.find(rank); it != outs_.end()) {
       retired_.push_back(std::move(it->second));  // its watcher is joined at stop
       outs_.erase(it);
@@ -156,23 +147,47 @@ class ShmBackend final : public Backend {
         return handBack(to, std::move(message), *error);
       }
     }
-    std::string head(4 + wire::encodedSize(message.envelope), '\0');
-    auto envelopeBytes = static_cast<std::uint32_t>(head.size() - 4);
-    std::memcpy(head.data(), &envelopeBytes, 4);
-    wire::encodeEnvelope(message.envelope, reinterpret_cast<std::byte*>(head.data() + 4));
-    std::vector<std::span<const std::byte>> parts;
-    parts.push_back(std::as_bytes(std::span(head)));
-    parts.push_back(std::as_bytes(std::span(message.payload.head())));
-    for (const auto& segment : message.payload.segments()) {
-      parts.push_back(std::as_bytes(std::span(segment.data, segment.size)));
-    }
+    std::string head;
+    auto parts = recordParts(message, head);
+    bool request = message.envelope.kind == wire::MessageKind::kRequest;
+    std::uint64_t id = message.envelope.requestId;
+    if (request) out->expect(id);
     Ring::Result written = out->ring->write(parts, Clock::now() + kWriteBound);
-    if (written != Ring::Result::kDone) {
-      LinkError error = written == Ring::Result::kTimedOut
-                            ? LinkError{Kind::kTimeout, "the peer's shared-memory ring stayed full"}
-                            : LinkError{Kind::kClosed, "the peer closed its shared-memory link"};
-      markLost(to, error);
-      handBack(to, std::move(message), lostError(to).value_or(error));
+    if (written == Ring::Result::kDone) return;
+    if (request) out->unexpect(id);
+    if (auto refused = out->refusal()) {
+      return handBack(to, std::move(message), *refused);  // closed by a refusal, nobody lost
+    }
+    LinkError error = written == Ring::Result::kTimedOut
+                          ? LinkError{Kind::kTimeout, "the peer's shared-memory ring stayed full"}
+                          : LinkError{Kind::kClosed, "the peer closed its shared-memory link"};
+    markLost(to, error);
+    handBack(to, std::move(message), lostError(to).value_or(error));
+  }
+
+  // Into every ring this rank writes, each bounded by `bound` together: a
+  // sender stuck on a full ring holds its link, which then stays silent.
+  void depart(const std::string& lastWords, std::chrono::milliseconds bound) override {
+    auto deadline = Clock::now() + bound;
+    std::vector<std::pair<Rank, std::shared_ptr<Out>>> outs;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      outs.assign(outs_.begin(), outs_.end());
+    }
+    for (auto& [rank, out] : outs) {
+      std::unique_lock lock(out->mutex, std::defer_lock);
+      while (!lock.try_lock() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!lock.owns_lock() || !out->ring) continue;
+      OutMessage notice{{wire::MessageKind::kNotice,
+                         {options_.rank, 0},
+                         {rank, 0},
+                         0,
+                         std::string(wire::kNoticeDeparting)},
+                        lastWords};
+      std::string head;
+      out->ring->write(recordParts(notice, head), deadline);
     }
   }
 
@@ -181,6 +196,10 @@ class ShmBackend final : public Backend {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
       stopping_ = true;
+    }
+    {
+      std::lock_guard lock(ticks_->mutex);  // a tick that runs ends first; none runs after
+      ticks_->stopped = true;
     }
     // What was written is in the rings already: the peers read it before
     // they see the rings closed.
@@ -195,9 +214,8 @@ class ShmBackend final : public Backend {
       outs.insert(outs.end(), retired_.begin(), retired_.end());
       ins = ins_;
     }
-    for (auto& out : outs) {
-      std::lock_guard lock(out->mutex);
-      if (out->ring) out->ring->close();
+    for (auto& out : outs) {  // not under out->mutex: a sender may hold it, blocked on the ring
+      if (Ring* ring = out->open.load()) ring->close();
       if (out->socket >= 0) ::shutdown(out->socket, SHUT_RDWR);
     }
     // A reader sees its own socket shut within a read slice, and ends.
@@ -214,19 +232,55 @@ class ShmBackend final : public Backend {
   }
 
  private:
-  struct Out {
-    std::mutex mutex;  // one writer at a time: frames to the peer keep their order
-    int socket = -1;
-    std::optional<Ring> ring;
-    std::atomic<Ring*> open{nullptr};  // ring, once made: markLost closes it without the mutex
-    std::thread watcher;
+  using Out = OutLink;
+  using In = InLink;
+  // Ticks are pool tasks that may outlive the backend: they hold this and
+  // run only while it says so (stop() sets it under the mutex).
+  struct Ticks {
+    std::mutex mutex;
+    bool stopped = false;
   };
-  struct In {
-    Rank peer = 0;
-    int socket = -1;
-    std::optional<Ring> ring;
-    std::thread reader;
-  };
+
+  void scheduleTick() {
+    auto due = Clock::now() + options_.heartbeatInterval;
+    pool_->after(options_.heartbeatInterval, [this, ticks = ticks_, due] {
+      std::lock_guard lock(ticks->mutex);
+      if (ticks->stopped) return;
+      tick(due);
+      scheduleTick();
+    });
+  }
+
+  // Beats on every link and looks for silent peers. A tick this late means
+  // this process was stopped or starved: the silence was its own, so what
+  // it heard counts as heard now.
+  void tick(Clock::time_point due) {
+    bool suspended = suspension_.ticked(due);
+    std::vector<std::pair<Rank, std::chrono::milliseconds>> silent;
+    {
+      std::lock_guard lock(mutex_);  // the sockets stay open meanwhile
+      std::vector<Beat> links;
+      for (auto& [rank, out] : outs_) {
+        if (out->socket >= 0 && !lost_.count(rank))
+          links.push_back({rank, out->socket, &out->heard});
+      }
+      for (auto& in : ins_) {
+        if (in->up && !lost_.count(in->peer)) links.push_back({in->peer, in->socket, &in->heard});
+      }
+      silent = beat(links, suspended, options_.heartbeatInterval * options_.heartbeatMisses);
+    }
+    for (auto [peer, silence] : silent) {
+      markLost(peer, LinkError{Kind::kTimeout,
+                               "no sign of life for " + std::to_string(silence.count()) +
+                                   " ms (CROWN_HEARTBEAT_INTERVAL_MS x CROWN_HEARTBEAT_MISSES)"});
+    }
+  }
+
+  bool readsFrom(Rank peer) {
+    std::lock_guard lock(mutex_);
+    return std::any_of(ins_.begin(), ins_.end(),
+                       [peer](auto& in) { return in->peer == peer && in->up; });
+  }
 
   std::shared_ptr<Out> outTo(Rank to) {
     std::lock_guard lock(mutex_);
@@ -246,21 +300,31 @@ class ShmBackend final : public Backend {
   // on it wakes). Not while this backend stops: then links closing are ours.
   void markLost(Rank peer, const LinkError& error) {
     std::shared_ptr<Out> out;
+    std::string words;
     {
       std::lock_guard lock(mutex_);
       if (stopping_ || lost_.count(peer)) return;
       lost_.emplace(peer, error);
+      if (auto it = lastWords_.find(peer); it != lastWords_.end()) words = it->second;
       auto it = outs_.find(peer);
       if (it != outs_.end()) out = it->second;
+      // A silent peer that wakes finds its links shut, as over TCP: it takes
+      // this rank for lost in turn instead of writing into a dead ring.
+      for (auto& in : ins_) {
+        if (in->peer == peer && in->up) ::shutdown(in->socket, SHUT_RDWR);
+      }
     }
     // Not out->mutex: a sender may hold it, blocked on the very ring.
     if (Ring* ring = out ? out->open.load() : nullptr) ring->close();
-    pool_->post([this, peer, error] { callbacks_.onPeerLost(peer, error); });
+    // How the peer went, as the Asio links say it (bootstrap/departure.h).
+    LinkError told = lossReason(error, words, suspension_.note());
+    pool_->post([this, peer, told] { callbacks_.onPeerLost(peer, told); });
   }
 
   void handBack(Rank to, OutMessage message, LinkError error) {
     auto shared = std::make_shared<OutMessage>(std::move(message));
-    pool_->post([this, to, shared, error] { callbacks_.onSendFailed(to, std::move(*shared), error); });
+    pool_->post(
+        [this, to, shared, error] { callbacks_.onSendFailed(to, std::move(*shared), error); });
   }
 
   // The outbound link to `to`: connect, authenticate, pass a new ring.
@@ -272,46 +336,26 @@ class ShmBackend final : public Backend {
       if (to < peers_.size()) peer = peers_[to];
     }
     auto newline = peer.find('\n');
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    socklen_t size = 0;
-    sockaddr_un address = abstractAddress(peer.substr(0, newline), size);
-    if (fd < 0 || newline == std::string::npos ||
-        ::connect(fd, reinterpret_cast<sockaddr*>(&address), size) != 0) {
-      if (fd >= 0) ::close(fd);
-      return LinkError{Kind::kRefused, "nobody listens at " + describe(peer)};
+    if (newline == std::string::npos) {
+      return LinkError{Kind::kRefused,
+                       "rank " + std::to_string(to) + " has no shared-memory address"};
     }
-    setTimeouts(fd, options_.authTimeout);
-    try {
-      ClientHandshake handshake(options_.secret, options_.security, options_.rank, to);
-      std::array<std::uint8_t, kHelloBytes> hello{};
-      std::array<std::uint8_t, kServerAuthBytes> proof{};
-      if (!readAll(fd, hello.data(), hello.size())) throw ProtocolError("no hello came");
-      auto auth = handshake.onHello(hello);
-      if (!sendAll(fd, auth.data(), auth.size()) || !readAll(fd, proof.data(), proof.size())) {
-        throw ProtocolError("the peer refused this rank's proof of the job secret");
-      }
-      handshake.onServerAuth(proof);
-      Ring ring = Ring::create(kRingBytes);
-      sendFd(fd, ring.fd());
-      out.ring.emplace(std::move(ring));
-      out.open.store(&*out.ring);
-    } catch (const std::exception& e) {
-      ::close(fd);
-      return LinkError{Kind::kAuthFailed, std::string("shared-memory link to rank ") +
-                                              std::to_string(to) + ": " + e.what()};
-    }
-    setTimeouts(fd, std::chrono::milliseconds(0));
-    out.socket = fd;
-    out.watcher = std::thread([this, to, fd] { watch(to, fd); });
+    auto opened = openLink(peer.substr(0, newline), to, kRingBytes, options_);
+    if (auto* error = std::get_if<LinkError>(&opened)) return *error;
+    auto& link = std::get<OpenedLink>(opened);
+    out.ring.emplace(std::move(link.ring));
+    out.open.store(&*out.ring);
+    out.heard = ticksNow();
+    out.socket = link.socket;
+    // Where the peer writes to this rank too, its reader tells a hang-up,
+    // once it has read the ring to the end: the peer's last words may be in it.
+    out.watcher = std::thread([this, to, &out] {
+      auto news = out.watch(wake_[0]);
+      if (!news) return;
+      if (news->refusal) return refusedBy(to, out, *news->refusal);
+      if (!readsFrom(to)) markLost(to, closedByPeer());
+    });
     return std::nullopt;
-  }
-
-  // Asleep until the peer's end of the socket goes (or this backend stops).
-  void watch(Rank peer, int fd) {
-    pollfd fds[2] = {{fd, POLLRDHUP, 0}, {wake_[0], POLLIN, 0}};
-    while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
-    }
-    if (fds[0].revents != 0) markLost(peer, LinkError{Kind::kClosed, "the peer's process closed its shared-memory link"});
   }
 
   void accept() {
@@ -331,65 +375,63 @@ class ShmBackend final : public Backend {
   }
 
   void serve(In& in) {
-    int fd = in.socket;
-    setTimeouts(fd, options_.authTimeout);
-    try {
-      ServerHandshake handshake(options_.secret, options_.security, options_.rank, options_.size);
-      auto hello = handshake.hello();
-      std::array<std::uint8_t, kClientAuthBytes> auth{};
-      if (!sendAll(fd, hello.data(), hello.size()) || !readAll(fd, auth.data(), auth.size())) return;
-      LinkSession session;
-      auto proof = handshake.onClientAuth(auth, session);
-      if (!sendAll(fd, proof.data(), proof.size())) return;
-      in.peer = session.peer;
-      in.ring.emplace(Ring::attach(receiveFd(fd)));
-    } catch (const std::exception& e) {
-      log::get().warn("shared-memory backend: refused a link: {}", e.what());
-      ::shutdown(fd, SHUT_RDWR);
-      return;
-    }
-    setTimeouts(fd, std::chrono::milliseconds(0));
-    read(in);
+    auto link = acceptLink(in.socket, options_);
+    if (!link) return;
+    in.peer = link->peer;
+    in.ring.emplace(std::move(link->ring));
+    in.heard = ticksNow();
+    in.up = true;
+    auto slice = kReadSlice;
+    if (options_.heartbeatInterval.count() > 0) slice = std::min(slice, options_.heartbeatInterval);
+    InLink::Sink sink{
+        callbacks_.onMessage, [this](Rank peer, std::uint64_t id) { answered(peer, id); },
+        [this](Rank peer, std::string words) { noteLastWords(peer, std::move(words)); }};
+    if (in.read(slice, options_.limits, sink) == InLink::End::kPeerGone)
+      markLost(in.peer, closedByPeer());
   }
 
-  void read(In& in) {
-    std::string record;
-    for (;;) {
-      Ring::Result got = in.ring->read(record, Clock::now() + kReadSlice);
-      if (got == Ring::Result::kDone) {
-        deliver(in.peer, std::move(record));
-        record = {};
-        continue;
+  // The peer refused a frame of this link and closed it, as an Asio link's
+  // peer does (SEC-1): the link goes, the requests written on it fail
+  // (DLV-1: their answers would have come back on it), nobody is lost, and
+  // the next frame to the peer opens a new link.
+  void refusedBy(Rank to, Out& out, const std::string& why) {
+    LinkError error{Kind::kBadFrame,
+                    "rank " + std::to_string(to) +
+                        " refused a frame from this rank and closed the link: " + why};
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = outs_.find(to); it != outs_.end() && it->second.get() == &out) {
+        retired_.push_back(std::move(it->second));  // its watcher is joined at stop
+        outs_.erase(it);
       }
-      if (got == Ring::Result::kTimedOut && !hungUp(in.socket)) continue;
-      // Closed, or the peer's process is gone: what it wrote was read first.
-      markLost(in.peer, LinkError{Kind::kClosed, "the peer's process closed its shared-memory link"});
-      return;
+    }
+    for (std::uint64_t id : out.refuse(error)) {
+      handBack(to,
+               OutMessage{{wire::MessageKind::kRequest, {options_.rank, 0}, {to, 0}, id, ""}, {}},
+               error);
     }
   }
 
-  void deliver(Rank from, std::string record) {
-    std::uint32_t envelopeBytes = 0;
-    if (record.size() < 4) return badFrame(from, "a record shorter than its header");
-    std::memcpy(&envelopeBytes, record.data(), 4);
-    if (envelopeBytes > options_.limits.maxEnvelopeBytes || 4 + std::size_t{envelopeBytes} > record.size()) {
-      return badFrame(from, "an envelope of " + std::to_string(envelopeBytes) + " bytes");
+  void answered(Rank peer, std::uint64_t id) {
+    std::shared_ptr<Out> out;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = outs_.find(peer);
+      if (it == outs_.end()) return;
+      out = it->second;
     }
-    std::uint64_t payloadBytes = record.size() - 4 - envelopeBytes;
-    if (!options_.limits.allows(payloadBytes)) return badFrame(from, options_.limits.refusal(payloadBytes));
-    try {
-      wire::Envelope envelope =
-          wire::decodeEnvelope(reinterpret_cast<const std::byte*>(record.data() + 4), envelopeBytes);
-      // On the reader's own thread, so frames from one peer keep their
-      // order (as a link's strand does); what it starts goes to the pool.
-      callbacks_.onMessage(from, std::move(envelope), record.substr(4 + envelopeBytes));
-    } catch (const std::exception& e) {
-      badFrame(from, e.what());
-    }
+    out->answered(id);
   }
 
-  void badFrame(Rank from, const std::string& why) {
-    log::get().warn("shared-memory backend: dropped a frame from rank {}: {}", from, why);
+  static LinkError closedByPeer() {
+    return {Kind::kClosed, "the peer's process closed its shared-memory link"};
+  }
+
+  void noteLastWords(Rank peer, std::string words) {
+    constexpr std::size_t kMaxLastWords = 512;  // a peer's text, kept for its loss report
+    if (words.size() > kMaxLastWords) words.resize(kMaxLastWords);
+    std::lock_guard lock(mutex_);
+    lastWords_[peer] = std::move(words);
   }
 
   AsioOptions options_;
@@ -398,14 +440,17 @@ class ShmBackend final : public Backend {
   int wake_[2] = {-1, -1};
   std::shared_ptr<IoPool> pool_;
   bool ownsPool_ = false;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   bool stopping_ = false;
+  std::shared_ptr<Ticks> ticks_ = std::make_shared<Ticks>();
+  SuspensionClock suspension_{options_.heartbeatInterval, options_.heartbeatMisses};
   std::vector<std::string> peers_;
   TransportCallbacks callbacks_;
   std::map<Rank, std::shared_ptr<Out>> outs_;
   std::vector<std::shared_ptr<Out>> retired_;  // links to ranks replaced since
   std::vector<std::shared_ptr<In>> ins_;
   std::map<Rank, LinkError> lost_;
+  std::map<Rank, std::string> lastWords_;  // from the peers' departing notices
   std::thread acceptor_;
 };
 

@@ -1,4 +1,4 @@
-// What only the Asio backends do, beyond the conformance suite
+// What only the socket backends (Asio's and the shared-memory one) do, beyond the conformance suite
 // (conformance_test.cpp): heartbeats on quiet links, silent peers, when a
 // peer was last heard, the listen address, and the routing fabric's choice
 // of backend per peer.
@@ -6,6 +6,7 @@
 
 #include "crown/transport/transport.h"
 #include "support/transport_inbox.h"
+#include "transport/shm/shm_backend.h"
 
 namespace crown::transport {
 namespace {
@@ -45,12 +46,15 @@ void startPair(Node& a, Node& b) {
 class AsioBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<Transport> make(const AsioOptions& options) {
-    return GetParam() == "tcp" ? std::unique_ptr<Transport>(makeTcpBackend(options))
-                               : std::unique_ptr<Transport>(makeUnixBackend(options));
+    if (GetParam() == "tcp") return makeTcpBackend(options);
+    if (GetParam() == "unix") return makeUnixBackend(options);
+    return shm::makeShmBackend(options);
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Links, AsioBackendTest, ::testing::Values("tcp", "unix"));
+// The shared-memory backend keeps the same heartbeat contract (over its
+// links' sockets), so it runs these too.
+INSTANTIATE_TEST_SUITE_P(Links, AsioBackendTest, ::testing::Values("tcp", "unix", "shm"));
 
 TEST_P(AsioBackendTest, HeartbeatsKeepAQuietLinkAlive) {
   Secret secret = randomSecret();

@@ -8,6 +8,7 @@
 #include "crown/transport/transport.h"
 #include "support/tcp_relay.h"
 #include "support/transport_inbox.h"
+#include "transport/shm/shm_backend.h"
 
 namespace crown::transport {
 namespace {
@@ -62,6 +63,46 @@ TEST(BadFrameNotice, TheSenderFailsOnlyItsRequestsOnThatLinkAndLosesNobody) {
     EXPECT_EQ(b.received.size(), 1u) << "the broken frame was delivered";
   }
   a.transport->send(1, request(9, "after"));  // a new link
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 2; }));
+  EXPECT_EQ(b.received[1].payload, "after");
+}
+
+// The shared-memory backend keeps the contract: rank 1, with a smaller frame
+// limit, refuses rank 0's large frame and says so over the link's socket.
+TEST(BadFrameNotice, OverSharedMemoryTheSenderFailsOnlyItsRequestsAndLosesNobody) {
+  Secret secret = randomSecret();
+  AsioOptions optionsA = crown::testing::loopbackOptions(0, 2, secret);
+  AsioOptions optionsB = crown::testing::loopbackOptions(1, 2, secret);
+  optionsB.limits.maxPayloadBytes = 1024;
+  crown::testing::TransportInbox a, b;
+  auto linkA = shm::makeShmBackend(optionsA), linkB = shm::makeShmBackend(optionsB);
+  std::vector<std::string> peers{linkA->address(), linkB->address()};
+  linkA->start(peers, a.callbacks());
+  linkB->start(peers, b.callbacks());
+  linkA->send(1, request(7, "first"));
+  ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 1; }));
+  linkA->send(1, request(8, std::string(4096, 'x')));
+  ASSERT_TRUE(a.waitFor([&] { return a.failures.size() >= 1; }))
+      << "the requests in flight on the closed link never failed";
+  std::this_thread::sleep_for(200ms);  // a loss would be reported by now
+  {
+    std::lock_guard lock(a.mutex);
+    EXPECT_TRUE(a.lost.empty()) << "rank 0 took rank 1 for lost: " << a.lostWhy[0].toString();
+    EXPECT_EQ(a.failures.size(), 2u);  // 7 (never answered) and 8
+    for (const auto& failure : a.failures) {
+      EXPECT_EQ(failure.kind, LinkError::Kind::kBadFrame) << failure.toString();
+      EXPECT_NE(failure.message.find("rank 1 refused a frame from this rank"), std::string::npos)
+          << failure.message;
+      EXPECT_NE(failure.message.find("exceeds the frame limit of 1024"), std::string::npos)
+          << failure.message;
+    }
+  }
+  {
+    std::lock_guard lock(b.mutex);
+    EXPECT_TRUE(b.lost.empty()) << "rank 1 took rank 0 for lost: " << b.lostWhy[0].toString();
+    EXPECT_EQ(b.received.size(), 1u) << "the refused frame was delivered";
+  }
+  linkA->send(1, request(9, "after"));  // a new link
   ASSERT_TRUE(b.waitFor([&] { return b.received.size() == 2; }));
   EXPECT_EQ(b.received[1].payload, "after");
 }

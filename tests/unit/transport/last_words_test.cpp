@@ -6,6 +6,7 @@
 
 #include "crown/transport/transport.h"
 #include "support/transport_inbox.h"
+#include "transport/shm/shm_backend.h"
 
 namespace crown::transport {
 namespace {
@@ -13,17 +14,23 @@ namespace {
 using namespace std::chrono_literals;
 
 struct Node : crown::testing::TransportInbox {
-  Node(Rank rank, const Secret& secret)
-      : transport(makeTcpBackend(crown::testing::loopbackOptions(rank, 2, secret))) {}
+  Node(const std::string& kind, Rank rank, const Secret& secret) {
+    auto options = crown::testing::loopbackOptions(rank, 2, secret);
+    transport = kind == "shm" ? shm::makeShmBackend(options) : makeTcpBackend(options);
+  }
   std::unique_ptr<Backend> transport;
 };
 
+// The shared-memory backend carries the words in its ring: same contract.
+class LastWords : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Links, LastWords, ::testing::Values("tcp", "shm"));
+
 // Rank 0 talks to rank 1, then (maybe) departs with `words` and goes; what
 // rank 1 says of the loss.
-std::string lossAfter(const char* words) {
+std::string lossAfter(const std::string& kind, const char* words) {
   Secret secret = randomSecret();
-  auto a = std::make_unique<Node>(0, secret);
-  Node b(1, secret);
+  auto a = std::make_unique<Node>(kind, 0, secret);
+  Node b(kind, 1, secret);
   std::vector<std::string> peers{a->transport->address(), b.transport->address()};
   a->transport->start(peers, a->callbacks());
   b.transport->start(peers, b.callbacks());
@@ -36,14 +43,14 @@ std::string lossAfter(const char* words) {
   return b.lostWhy.empty() ? "" : b.lostWhy[0].message;
 }
 
-TEST(LastWords, APeerThatDepartsIsReportedLostWithThem) {
-  std::string loss = lossAfter("killed by SIGSEGV (Segmentation fault)");
+TEST_P(LastWords, APeerThatDepartsIsReportedLostWithThem) {
+  std::string loss = lossAfter(GetParam(), "killed by SIGSEGV (Segmentation fault)");
   EXPECT_NE(loss.find("its last words: killed by SIGSEGV (Segmentation fault)"), std::string::npos)
       << loss;
 }
 
-TEST(LastWords, APeerThatGoesWithoutAWordLeftNone) {
-  std::string loss = lossAfter(nullptr);
+TEST_P(LastWords, APeerThatGoesWithoutAWordLeftNone) {
+  std::string loss = lossAfter(GetParam(), nullptr);
   EXPECT_NE(loss.find("it left no last words"), std::string::npos) << loss;
 }
 

@@ -9,15 +9,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "crown/transport/transport.h"
 #include "support/transport_inbox.h"
+#include "transport/shm/shm_backend.h"
 
 namespace crown::transport {
 namespace {
 
 using namespace std::chrono_literals;
+
+std::unique_ptr<Backend> makeBackend(const std::string& kind, const AsioOptions& options) {
+  return kind == "shm" ? shm::makeShmBackend(options) : makeTcpBackend(options);
+}
 
 AsioOptions optionsFor(Rank rank, const Secret& secret) {
   AsioOptions options = crown::testing::loopbackOptions(rank, 2, secret);
@@ -46,6 +52,17 @@ std::string readLine(int fd, std::chrono::milliseconds timeout) {
   return line;
 }
 
+// An address on one line of the pipe (the shared-memory one holds a newline).
+std::string oneLine(std::string address) {
+  std::replace(address.begin(), address.end(), '\n', '\t');
+  return address;
+}
+
+std::string fromOneLine(std::string line) {
+  std::replace(line.begin(), line.end(), '\t', '\n');
+  return line;
+}
+
 std::string hex(const Secret& secret) {
   std::string out;
   for (auto byte : secret) out += "0123456789abcdef"[byte >> 4], out += "0123456789abcdef"[byte & 15];
@@ -65,11 +82,12 @@ Secret unhex(const std::string& text) {
 void stoppedSide(const char* spec) {
   int in = 0, out = 0;
   char secretText[65] = {};
-  if (std::sscanf(spec, "%d:%d:%64s", &in, &out, secretText) != 3) ::_exit(2);
+  char kind[8] = {};
+  if (std::sscanf(spec, "%d:%d:%64[0-9a-f]:%7s", &in, &out, secretText, kind) != 4) ::_exit(2);
   crown::testing::TransportInbox inbox;
-  auto b = makeTcpBackend(optionsFor(1, unhex(secretText)));
-  writeLine(out, b->address());
-  std::string a = readLine(in, 5s);
+  auto b = makeBackend(kind, optionsFor(1, unhex(secretText)));
+  writeLine(out, oneLine(b->address()));
+  std::string a = fromOneLine(readLine(in, 5s));
   b->start({a, b->address()}, inbox.callbacks());
   bool lost = inbox.waitFor([&] { return !inbox.lost.empty(); }, 10s);
   std::lock_guard lock(inbox.mutex);
@@ -84,12 +102,18 @@ void stoppedSide(const char* spec) {
   return false;
 }();
 
-TEST(Suspension, AStoppedRankDoesNotBlameItsPeer) {
+class Suspension : public ::testing::TestWithParam<std::string> {};
+
+// The shared-memory backend's heartbeats go over its sockets: same contract.
+INSTANTIATE_TEST_SUITE_P(Links, Suspension, ::testing::Values("tcp", "shm"));
+
+TEST_P(Suspension, AStoppedRankDoesNotBlameItsPeer) {
   Secret secret = randomSecret();
   int toChild[2], toParent[2];
   ASSERT_EQ(::pipe(toChild), 0);
   ASSERT_EQ(::pipe(toParent), 0);
-  std::string spec = std::to_string(toChild[0]) + ":" + std::to_string(toParent[1]) + ":" + hex(secret);
+  std::string spec = std::to_string(toChild[0]) + ":" + std::to_string(toParent[1]) + ":" +
+                     hex(secret) + ":" + GetParam();
   pid_t child = ::fork();
   if (child == 0) {
     ::setenv("CROWN_TEST_SUSPENSION", spec.c_str(), 1);
@@ -97,10 +121,10 @@ TEST(Suspension, AStoppedRankDoesNotBlameItsPeer) {
     ::_exit(127);
   }
   crown::testing::TransportInbox inbox;
-  auto a = makeTcpBackend(optionsFor(0, secret));
-  std::string b = readLine(toParent[0], 10s);
+  auto a = makeBackend(GetParam(), optionsFor(0, secret));
+  std::string b = fromOneLine(readLine(toParent[0], 10s));
   ASSERT_FALSE(b.empty()) << "the child never said where it listens";
-  writeLine(toChild[1], a->address());
+  writeLine(toChild[1], oneLine(a->address()));
   a->start({a->address(), b}, inbox.callbacks());
   a->send(1, crown::testing::testMessage(1, std::string("hello")));
   std::this_thread::sleep_for(200ms);  // the link is up, heartbeats flow

@@ -1,0 +1,29 @@
+// A frame as a record of a shared-memory ring (shm_backend.h):
+// [u32 envelope bytes][envelope][payload], written as parts so that the
+// payload's segments go into the ring without being joined first.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "crown/transport/transport.h"
+#include "crown/wire/envelope.h"
+
+namespace crown::transport::shm {
+
+/// The parts of `message`'s record; `head` holds the first (the length and
+/// the envelope) and must outlive them, as `message` must.
+std::vector<std::span<const std::byte>> recordParts(const OutMessage& message, std::string& head);
+
+struct Frame {
+  wire::Envelope envelope;
+  wire::Bytes payload;
+};
+
+/// The frame in `record` (whose bytes become its payload); throws
+/// ProtocolError saying why when the record breaks its format or `limits`.
+Frame frameOf(std::string&& record, const wire::FrameLimits& limits);
+
+}  // namespace crown::transport::shm
