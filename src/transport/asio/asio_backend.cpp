@@ -1,4 +1,5 @@
 #include "transport/asio/asio_backend.h"
+#include "transport/last_words.h"
 #include "transport/shm/shm_backend.h"
 
 #include <sys/resource.h>
@@ -297,23 +298,18 @@ void AsioBackend::answered(Rank peer, std::uint64_t id) {
 }
 
 void AsioBackend::noteLastWords(Rank peer, std::string words) {
-  constexpr std::size_t kMaxLastWords = 512;  // a peer's text, kept for its loss report
   if (words.size() > kMaxLastWords) words.resize(kMaxLastWords);
   std::lock_guard lock(mutex_);
   if (peer < lastWords_.size()) lastWords_[peer] = std::move(words);
 }
 
 std::string AsioBackend::lastWordsNote(Rank peer, bool sayIfNone) {
+  std::string words;
   {
     std::lock_guard lock(mutex_);
-    if (peer < lastWords_.size() && !lastWords_[peer].empty()) {
-      return "; its last words: " + lastWords_[peer];
-    }
+    if (peer < lastWords_.size()) words = lastWords_[peer];
   }
-  // A process that dies any other way than SIGKILL or _exit says how
-  // (bootstrap/departure.h).
-  if (!sayIfNone) return "";
-  return " (it left no last words: killed by SIGKILL, the OOM killer?, or it called _exit)";
+  return transport::lastWordsNote(words, sayIfNone);
 }
 
 void AsioBackend::depart(const std::string& lastWords, std::chrono::milliseconds bound) {

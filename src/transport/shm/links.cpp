@@ -19,12 +19,7 @@ void OutLink::expect(std::uint64_t id) {
   inFlight.insert(id);
 }
 
-void OutLink::answered(std::uint64_t id) {
-  std::lock_guard lock(flightMutex);
-  inFlight.erase(id);
-}
-
-void OutLink::unexpect(std::uint64_t id) {
+void OutLink::settled(std::uint64_t id) {
   std::lock_guard lock(flightMutex);
   inFlight.erase(id);
 }

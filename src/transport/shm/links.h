@@ -42,10 +42,8 @@ struct OutLink {
   /// A request about to be written into the ring (before: its answer may
   /// come at once).
   void expect(std::uint64_t id);
-  /// Its answer came.
-  void answered(std::uint64_t id);
-  /// Its write failed: forgotten (it is handed back whole).
-  void unexpect(std::uint64_t id);
+  /// Its answer came, or its write failed (it is then handed back whole).
+  void settled(std::uint64_t id);
   /// Why the peer refused a frame and closed the link, if it did.
   std::optional<LinkError> refusal();
   /// The peer refused a frame and closed the link: the ring is closed (a

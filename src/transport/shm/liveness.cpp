@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "transport/last_words.h"
 #include "transport/shm/socket_util.h"
 
 namespace crown::transport::shm {
@@ -28,13 +29,8 @@ std::vector<std::pair<Rank, std::chrono::milliseconds>> beat(const std::vector<B
 }
 
 LinkError lossReason(LinkError error, const std::string& lastWords, const std::string& suspended) {
-  if (!lastWords.empty()) {
-    error.message += "; its last words: " + lastWords;
-  } else if (error.kind == LinkError::Kind::kClosed && suspended.empty()) {
-    error.message +=
-        " (it left no last words: killed by SIGKILL, the OOM killer?, or it called _exit)";
-  }
-  error.message += suspended;
+  bool broke = error.kind == LinkError::Kind::kClosed && suspended.empty();
+  error.message += lastWordsNote(lastWords, broke) + suspended;
   return error;
 }
 

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "crown/common/log.h"
+#include "transport/last_words.h"
 #include "transport/shm/link_setup.h"
 #include "transport/shm/links.h"
 #include "transport/shm/liveness.h"
@@ -154,7 +155,7 @@ class ShmBackend final : public Backend {
     if (request) out->expect(id);
     Ring::Result written = out->ring->write(parts, Clock::now() + kWriteBound);
     if (written == Ring::Result::kDone) return;
-    if (request) out->unexpect(id);
+    if (request) out->settled(id);
     if (auto refused = out->refusal()) {
       return handBack(to, std::move(message), *refused);  // closed by a refusal, nobody lost
     }
@@ -420,7 +421,7 @@ class ShmBackend final : public Backend {
       if (it == outs_.end()) return;
       out = it->second;
     }
-    out->answered(id);
+    out->settled(id);
   }
 
   static LinkError closedByPeer() {
@@ -428,7 +429,6 @@ class ShmBackend final : public Backend {
   }
 
   void noteLastWords(Rank peer, std::string words) {
-    constexpr std::size_t kMaxLastWords = 512;  // a peer's text, kept for its loss report
     if (words.size() > kMaxLastWords) words.resize(kMaxLastWords);
     std::lock_guard lock(mutex_);
     lastWords_[peer] = std::move(words);
