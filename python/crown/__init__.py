@@ -55,6 +55,7 @@ def init(argv=None) -> "Controller":
         _stacks.install()  # procs.stacks() reaches this rank's Python threads from here on
         _logs.install(rank)  # a worker's output reaches the controller's terminal
         _pdb.install()  # breakpoint() in an endpoint is served to `crown debug`
+        _runtime.tracing = _crown.tracing()
         _runtime.front_end_ready.set()  # actors may be built here from now on
         if rank != 0:
             _exit(_crown.serve())

@@ -87,6 +87,7 @@ class ConstructionError(Exception):
 # runtime is up, and a spawn could otherwise run the user's code first (a
 # print that went past the forwarder, python.logs under load).
 front_end_ready = threading.Event()
+tracing = False  # CROWN_TRACE: set by crown.init, once this rank knows
 served = False  # this job is crownrun --serve's: crown.run(main) runs main inside it (_console.py)
 FRONT_END_WAIT_S = 30.0
 
@@ -350,6 +351,8 @@ def _run(instance, payload, report):
             return FATAL + args[0].encode("utf-8", "backslashreplace")
         else:
             ep = _endpoint_of(type(instance), name)
+            if tracing:  # the handler's span reads "actor endpoint", not the pickled call's type
+                _crown.trace_endpoint(name)
             if ep.concurrent is not None:
                 result = _actor_loop(instance).start(instance, ep, args, kwargs)
             else:

@@ -13,6 +13,7 @@
 #include "crown/actor/lost_messages.h"
 #include "crown/bootstrap/controller.h"
 #include "crown/common/log.h"
+#include "crown/common/trace.h"
 #include "crown/debug/logs.h"
 #include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
@@ -114,6 +115,14 @@ void bindRuntime(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "The controller tells every worker to exit with code, and finishes.");
   m.def("owns_mpi", [] { return Runtime::current().ownsMpi(); });
+  m.def("tracing", [] { return trace::on(); }, "Whether this rank records a trace (CROWN_TRACE).");
+  m.def(
+      "trace_endpoint",
+      [](const std::string& endpoint) {
+        const Actor* actor = Actor::current();
+        trace::Span::renameInnermost(actor ? actor->name() + " " + endpoint : endpoint);
+      },
+      "Names the running handler's span after its Python endpoint (traces only).");
   m.def("rank", [] { return Runtime::current().topology().rank; });
   m.def("size", [] { return Runtime::current().topology().size; });
   m.def("host", [] {

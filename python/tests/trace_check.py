@@ -59,8 +59,10 @@ def main():
     print("categories:", dict(categories), flush=True)
     for category in ("actor", "send", "cast", "tensor", "rdma"):
         check(categories[category] > 0, f"no {category} events: {dict(categories)}")
-    check(any(e["cat"] == "actor" and e["name"].startswith("workers ") for e in events
-              if e["ph"] == "X"), "no span of the workers' endpoints")
+    # A Python endpoint's span is named after it, on every rank it ran on.
+    squares = {e["pid"] for e in events if e["ph"] == "X" and e["cat"] == "actor"
+               and e["name"] == "workers square"}
+    check(squares == set(range(RANKS)), f"'workers square' spans on ranks {squares}")
     check(any(e["cat"] == "tensor" and e["name"] == "allreduce" for e in events
               if e["ph"] == "X"), "no allreduce span")
     rdma = [e for e in events if e.get("cat") == "rdma"]

@@ -121,14 +121,26 @@ Recorded take() {
   return out;
 }
 
+namespace {
+// Spans are locals, so those of one thread begin and end nested: a stack.
+thread_local Span* t_innermost = nullptr;
+}  // namespace
+
 void Span::begin(const char* category, std::string name, std::string detail) {
+  if (active_) end();
   active_ = true;
+  outer_ = std::exchange(t_innermost, this);
   event_ = Event{'X', category, std::move(name), now(), 0, 0, 0, std::move(detail)};
+}
+
+void Span::renameInnermost(std::string name) {
+  if (t_innermost) t_innermost->event_.name = std::move(name);
 }
 
 void Span::end() {
   if (!active_) return;
   active_ = false;
+  t_innermost = outer_;
   event_.durationNs = now() - event_.startNs;
   record(std::move(event_));
 }

@@ -77,9 +77,14 @@ class Span {
   void begin(const char* category, std::string name, std::string detail = {});
   /// Records the span (once; nothing when it never began).
   void end();
+  /// Renames the innermost span begun and not yet ended on this thread, if
+  /// any: the mailbox opens a handler's span before a Python endpoint's
+  /// name is known (it is inside the pickled call).
+  static void renameInnermost(std::string name);
 
  private:
   bool active_ = false;
+  Span* outer_ = nullptr;  ///< the span open on this thread when this one began
   Event event_;
 };
 

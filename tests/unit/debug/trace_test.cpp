@@ -61,6 +61,26 @@ TEST_F(Tracing, OnKeepsSpansInstantsAndFlowsWithTheirThreads) {
   EXPECT_TRUE(trace::take().events.empty());  // taken out
 }
 
+TEST_F(Tracing, RenameReachesTheInnermostOpenSpanOnly) {
+  trace::enable(100);
+  trace::Span::renameInnermost("no span open: nothing to rename");
+  {
+    trace::Span handler;
+    handler.begin("actor", "workers crown::PyCall");
+    {
+      trace::Span inner;
+      inner.begin("send", "inner");
+      trace::Span::renameInnermost("inner renamed");
+    }
+    trace::Span::renameInnermost("workers square");  // the inner one ended: the handler's
+  }
+  trace::Span::renameInnermost("after both ended: nothing");
+  trace::Recorded got = trace::take();
+  ASSERT_EQ(got.events.size(), 2u);
+  EXPECT_EQ(got.events[0].name, "inner renamed");
+  EXPECT_EQ(got.events[1].name, "workers square");
+}
+
 TEST_F(Tracing, PastTheBoundEventsAreCountedNotKept) {
   trace::enable(3);
   for (int i = 0; i < 10; ++i) trace::instant("send", "x");
