@@ -1,7 +1,8 @@
 """`crown stacks` from another terminal (issue 15): against a real mpirun job
 whose controller is blocked in C with the GIL held and whose rank 2 spins in
 Python, every rank's stacks come within 2 s, merged; `crown jobs` lists the
-job; a wrong token and (as root) another user are refused; when the job ends
+job; `crown status` answers beside a client that stalls; a wrong token and
+(as root) another user are refused; when the job ends
 its socket and token are gone. Run by ctest with PYTHONPATH set."""
 import hashlib
 import json
@@ -67,11 +68,19 @@ def main():
         as_json = crown_cli("stacks", "--json", env=env)
         check(as_json.returncode == 0 and as_json.stdout.count('"rank":') == 4, as_json.stdout)
 
-        # crown status: a row per rank, with what each holds, while the controller is blocked.
+        # crown status: a row per rank, with what each holds, while the
+        # controller is blocked, and while another client holds the server
+        # (greeted, it sends nothing: the server waits 5 s for its proof).
+        stalled = socket.socket(socket.AF_UNIX)
+        stalled.settimeout(10)
+        stalled.connect(os.path.join(debug_dir, f"job-{controller}.sock"))
+        check(stalled.makefile("rb").readline().startswith(b"crown-debug "), "no greeting")
         started = time.monotonic()
         status = crown_cli("status", "--json", env=env)
         took = time.monotonic() - started
+        stalled.close()
         check(status.returncode == 0, status.stderr)
+        check(took < 2.0, f"crown status took {took:.2f} s beside a stalled client")
         rows = json.loads(status.stdout)
         check([row["rank"] for row in rows] == [0, 1, 2, 3], rows)
         check(all(row["state"] == "alive" and row["rss"] > 0 and row["actors"] >= 1

@@ -1,6 +1,8 @@
-// The debug server (crown/debug/server.h): one thread, one client at a time,
-// each bounded by socket timeouts so that a client that stalls cannot keep
-// the next one out for long.
+// The debug server (crown/debug/server.h): one thread accepts, a few answer,
+// so that a live `crown status` goes on while `crown stacks --native` waits
+// for eu-stack; each client is bounded by socket timeouts, so one that
+// stalls holds its answerer for seconds at most. What each command answers
+// is server_commands.cpp's.
 #include "crown/debug/server.h"
 
 #include <arpa/inet.h>
@@ -12,30 +14,28 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <span>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "crown/common/env.h"
 #include "crown/common/log.h"
-#include "crown/debug/pdb.h"
-#include "crown/debug/stacks.h"
-#include "crown/debug/status.h"
 #include "crown/transport/auth.h"
+#include "server_commands.h"
 
 namespace crown::debug {
 namespace {
 
 constexpr int kClientTimeoutSeconds = 5;
+constexpr int kAnswerers = 4;            // clients answered at once
+constexpr std::size_t kMaxWaiting = 64;  // accepted, not yet answered; more are refused
 constexpr std::size_t kMaxRequestBytes = 4096;
 
 template <std::size_t N>
@@ -81,102 +81,6 @@ std::string readLine(int fd) {
     line += c;
   }
   return "";  // closed, timed out or too long
-}
-
-std::string encodeStacks(const std::vector<RankStacks>& all) {
-  std::string out;
-  for (const auto& one : all) {
-    out += "rank " + std::to_string(one.rank) + " pid " + std::to_string(one.pid) +
-           " host-bytes " + std::to_string(one.host.size()) + " python-bytes " +
-           std::to_string(one.python.size()) + " native-bytes " +
-           std::to_string(one.native.size()) + " error-bytes " +
-           std::to_string(one.error.size()) + "\n";
-    out += one.host + one.python + one.native + one.error;
-  }
-  return out + "end\n";
-}
-
-// " heard MS": how long ago the controller last read bytes from rank `r`;
-// a live link carries a heartbeat at least every CROWN_HEARTBEAT_INTERVAL_MS,
-// so a large value means a quiet, or dying, link. Empty for the controller
-// itself and for a rank it has no live link to.
-std::string heardField(const Proc& proc, Rank r) {
-  auto heard = proc.lastHeard(r);
-  if (!heard) return "";
-  auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - *heard);
-  return " heard " + std::to_string(std::max<std::int64_t>(ago.count(), 0));
-}
-
-std::string encodeStatus(Proc& proc) {
-  std::vector<Rank> live;
-  std::string out;
-  std::set<Rank> stopped;  // at a pdb prompt
-  for (const PdbSession& session : pdbSessions(proc)) {
-    if (session.waiting) stopped.insert(session.rank);
-  }
-  for (Rank r = 0; r < proc.size(); ++r) {
-    if (proc.alive(r)) {
-      live.push_back(r);
-    } else if (proc.joined(r)) {
-      out += "rank " + std::to_string(r) + " state lost host " + proc.host(r) + heardField(proc, r) +
-             "\n";
-    }
-  }
-  for (const auto& one : collectStatus(proc, live, std::chrono::milliseconds(2000))) {
-    std::string state = !one.error.empty()        ? "silent"
-                        : stopped.count(one.rank) ? "stopped"
-                                                  : "alive";
-    // After the answers came (up to 2 s): how fresh each link is now.
-    out += "rank " + std::to_string(one.rank) + " state " + state + " host " + one.host +
-           heardField(proc, one.rank);
-    if (one.error.empty()) {
-      out += " pid " + std::to_string(one.pid) + " rss " + std::to_string(one.rssBytes) +
-             " actors " + std::to_string(one.actors) + " queued " + std::to_string(one.queued) +
-             " inflight " + std::to_string(one.requestsInFlight) + " handled " +
-             std::to_string(one.handled);
-    } else {
-      out += " error " + one.error;  // the rest of the line
-    }
-    out += "\n";
-  }
-  return out + "end\n";
-}
-
-std::string jsonLine(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-// "pdb list", "pdb read RANK SESSION", "pdb send RANK SESSION LINE": the
-// remote pdb sessions (pdb.h), answered as one JSON document and a newline.
-std::string answerPdb(Proc& proc, const std::string& args) {
-  std::istringstream in(args);
-  std::string verb;
-  in >> verb;
-  if (verb == "list") {
-    nlohmann::json sessions = nlohmann::json::array();
-    for (const PdbSession& s : pdbSessions(proc)) {
-      sessions.push_back({{"rank", s.rank}, {"session", s.session}, {"actor", s.actor},
-                          {"member", s.member}, {"coords", s.coords}, {"host", s.host},
-                          {"function", s.function}, {"file", s.file}, {"line", s.line},
-                          {"waiting", s.waiting}});
-    }
-    return jsonLine(sessions);
-  }
-  Rank rank = 0;
-  std::uint64_t session = 0;
-  if (!(in >> rank >> session) || (verb != "read" && verb != "send")) {
-    throw Error("pdb takes list, read RANK SESSION or send RANK SESSION LINE, not '" + args + "'");
-  }
-  if (verb == "read") {
-    PdbRead read = pdbRead(proc, rank, session, std::chrono::milliseconds(2000));
-    return jsonLine({{"output", read.output}, {"waiting", read.waiting}, {"ended", read.ended}});
-  }
-  std::string line;
-  if (in.peek() == ' ') in.get();  // one space before the line; the rest is the line
-  std::getline(in, line);
-  pdbSend(proc, rank, session, line);
-  return "ok\n";
 }
 
 // CROWN_DEBUG_TCP=[HOST][:PORT] (as tcp_setting() in python/crown/_jobs.py):
@@ -279,7 +183,12 @@ struct DebugServer::Impl {
   int tcpFd = -1;           // CROWN_DEBUG_TCP: for clients on other nodes
   std::string addressPath;  // job-PID.tcp: where tcpFd is reached
   int wake[2] = {-1, -1};
-  std::thread thread;
+  std::thread thread;  // accepts
+  std::vector<std::thread> answerers;
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::pair<int, bool>> waiting;  // accepted clients, each with whether it is local
+  bool stopping = false;                     // under mutex
 
   explicit Impl(Proc& owner) : proc(owner) {}
 
@@ -289,6 +198,13 @@ struct DebugServer::Impl {
       [[maybe_unused]] ssize_t n = ::write(wake[1], &byte, 1);
     }
     if (thread.joinable()) thread.join();
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    ready.notify_all();
+    for (std::thread& t : answerers) t.join();
+    for (const auto& [client, local] : waiting) ::close(client);
     for (int fd : {listenFd, tcpFd, wake[0], wake[1]}) {
       if (fd >= 0) ::close(fd);
     }
@@ -307,13 +223,36 @@ struct DebugServer::Impl {
         if ((fds[i].revents & POLLIN) == 0) continue;
         int client = ::accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
         if (client < 0) continue;
-        try {
-          answer(client, /*local=*/i == 0);
-        } catch (const std::exception& e) {
-          sendAll(client, std::string("error: ") + e.what() + "\n");
+        std::unique_lock lock(mutex);
+        if (waiting.size() >= kMaxWaiting) {
+          lock.unlock();
+          timeval bound{kClientTimeoutSeconds, 0};
+          ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+          sendAll(client, "error: the debug server is busy: try again\n");
+          ::close(client);
+          continue;
         }
-        ::close(client);
+        waiting.emplace_back(client, /*local=*/i == 0);
+        lock.unlock();
+        ready.notify_one();
       }
+    }
+  }
+
+  void answerWaiting() {
+    for (;;) {
+      std::unique_lock lock(mutex);
+      ready.wait(lock, [this] { return stopping || !waiting.empty(); });
+      if (stopping) return;
+      auto [client, local] = waiting.front();
+      waiting.pop_front();
+      lock.unlock();
+      try {
+        answer(client, local);
+      } catch (const std::exception& e) {
+        sendAll(client, std::string("error: ") + e.what() + "\n");
+      }
+      ::close(client);
     }
   }
 
@@ -344,25 +283,7 @@ struct DebugServer::Impl {
       sendAll(client, "refused: the proof does not match the job's token\n");
       return;
     }
-    std::string command = line.substr(space + 1);
-    if (command == "ping") {
-      sendAll(client, "ok\n");
-    } else if (command == "status") {
-      sendAll(client, encodeStatus(proc));
-    } else if (command == "stacks" || command == "stacks native") {
-      bool native = command == "stacks native";
-      std::vector<Rank> live;
-      for (Rank r = 0; r < proc.size(); ++r) {
-        if (proc.alive(r)) live.push_back(r);
-      }
-      auto bound = std::chrono::milliseconds(native ? 10000 : 5000);
-      sendAll(client, encodeStacks(collectStacks(proc, live, native, bound)));
-    } else if (command.rfind("pdb ", 0) == 0) {
-      sendAll(client, answerPdb(proc, command.substr(4)));
-    } else {
-      sendAll(client, "error: no command '" + command +
-                          "' (ping, status, stacks, stacks native, pdb list|read|send)\n");
-    }
+    sendAll(client, answerCommand(proc, line.substr(space + 1)));
   }
 };
 
@@ -397,6 +318,7 @@ std::unique_ptr<DebugServer> DebugServer::start(Proc& proc) {
     throw Error("cannot listen at " + impl->socketPath);
   }
   Impl* raw = impl.get();
+  for (int i = 0; i < kAnswerers; ++i) impl->answerers.emplace_back([raw] { raw->answerWaiting(); });
   impl->thread = std::thread([raw] { raw->serve(); });
   log::get().debug("debug server at {}", impl->socketPath);
   return std::unique_ptr<DebugServer>(new DebugServer(std::move(impl)));
