@@ -86,6 +86,8 @@ def main():
         check(all(row["state"] == "alive" and row["rss"] > 0 and row["actors"] >= 1
                   for row in rows), rows)
         check(rows[2]["handled"] >= 2 and rows[3]["handled"] >= 1, rows)  # pings, spawns, the spin
+        # Under load: the calls queued behind rank 2's spin, and the controller's wait on them.
+        check(rows[2]["queued"] >= 5 and rows[0]["inflight"] >= 5, rows)
         # The controller's links keep reading heartbeats while its program is
         # blocked: it heard from each worker lately (ms; the bound leaves room
         # for a loaded machine). Its own row has no link, so no "heard".
