@@ -1,38 +1,12 @@
 #include "transport/asio/frame_reader.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-namespace crown::transport {
+#include "transport/payload_buffer.h"
 
-namespace {
-// A large payload's buffer is new memory, and its first touch costs a page
-// fault per 4 KiB page (5 us each on some VMs: 90 ms for 64 MiB). Asking for
-// transparent huge pages before the first touch makes that 32 faults.
-void allocateForPayload(wire::Bytes& payload, std::size_t bytes) {
-  constexpr std::uintptr_t kHugePage = 2 << 20;
-  payload = wire::takeRecycled(bytes);  // touched already: no faults at all
-  payload.clear();
-  bool fresh = payload.capacity() < bytes;
-  payload.reserve(bytes);
-  if (fresh && bytes >= 4 * kHugePage) {
-    auto begin = reinterpret_cast<std::uintptr_t>(payload.data());
-    std::uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
-    std::uintptr_t last = (begin + bytes) & ~(kHugePage - 1);
-    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-  }
-#if defined(__cpp_lib_string_resize_and_overwrite)
-  // The socket overwrites every byte: skip resize()'s memset, a whole extra
-  // pass over the payload (this file is built as C++23 for it).
-  payload.resize_and_overwrite(bytes, [](char*, std::size_t n) { return n; });
-#else
-  payload.resize(bytes);
-#endif
-}
-}  // namespace
+namespace crown::transport {
 
 FrameReader::FrameReader(const wire::FrameLimits& limits, FrameOpener* opener,
                          std::size_t bufferBytes)

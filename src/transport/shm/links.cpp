@@ -57,14 +57,15 @@ std::optional<SocketNews> OutLink::watch(int wakeFd) {
 
 InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimits& limits,
                          const Sink& sink) {
-  std::string record;
   for (;;) {
-    Ring::Result got = ring->read(record, std::chrono::steady_clock::now() + slice);
+    std::uint64_t length = 0;
+    Ring::Result got = ring->begin(length, std::chrono::steady_clock::now() + slice);
     if (got == Ring::Result::kDone) {
       heard = ticksNow();
       std::optional<Frame> frame;
       try {
-        frame = frameOf(std::move(record), limits);
+        frame = readFrame(*ring, length, limits);
+        if (!frame) break;  // the ring closed mid-record: the peer is gone
       } catch (const std::exception& e) {
         log::get().warn(
             "shared-memory backend: refused a frame from rank {} and closed the link: {}", peer,
@@ -85,7 +86,6 @@ InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimit
       } else if (frame->envelope.type == wire::kNoticeDeparting) {
         sink.onLastWords(peer, std::move(frame->payload));
       }  // another notice is of a later version: nothing to do here
-      record = {};
       continue;
     }
     if (got == Ring::Result::kTimedOut) {
@@ -93,9 +93,10 @@ InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimit
       if (news.heard) heard = ticksNow();
       if (!news.hungUp) continue;
     }
-    up = false;  // closed, or the peer's process is gone
-    return End::kPeerGone;
+    break;
   }
+  up = false;  // closed, or the peer's process is gone
+  return End::kPeerGone;
 }
 
 }  // namespace crown::transport::shm

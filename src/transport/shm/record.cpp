@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "crown/common/error.h"
+#include "transport/payload_buffer.h"
 
 namespace crown::transport::shm {
 
@@ -22,20 +23,20 @@ std::vector<std::span<const std::byte>> recordParts(const OutMessage& message, s
   return parts;
 }
 
-Frame frameOf(std::string&& record, const wire::FrameLimits& limits) {
+std::optional<Frame> readFrame(Ring& ring, std::uint64_t length, const wire::FrameLimits& limits) {
   std::uint32_t envelopeBytes = 0;
-  if (record.size() < 4) throw ProtocolError("a record shorter than its header");
-  std::memcpy(&envelopeBytes, record.data(), 4);
-  if (envelopeBytes > limits.maxEnvelopeBytes || 4 + std::size_t{envelopeBytes} > record.size()) {
+  if (length < 4) throw ProtocolError("a record shorter than its header");
+  if (!ring.take(std::as_writable_bytes(std::span(&envelopeBytes, 1)))) return std::nullopt;
+  if (envelopeBytes > limits.maxEnvelopeBytes || 4 + std::uint64_t{envelopeBytes} > length) {
     throw ProtocolError("an envelope of " + std::to_string(envelopeBytes) + " bytes");
   }
-  std::uint64_t payloadBytes = record.size() - 4 - envelopeBytes;
+  std::uint64_t payloadBytes = length - 4 - envelopeBytes;
   if (!limits.allows(payloadBytes)) throw ProtocolError(limits.refusal(payloadBytes));
-  Frame frame{
-      wire::decodeEnvelope(reinterpret_cast<const std::byte*>(record.data() + 4), envelopeBytes),
-      {}};
-  record.erase(0, 4 + std::size_t{envelopeBytes});  // in place: no second buffer
-  frame.payload = std::move(record);
+  std::vector<std::byte> envelope(envelopeBytes);
+  if (!ring.take(envelope)) return std::nullopt;
+  Frame frame{wire::decodeEnvelope(envelope.data(), envelope.size()), {}};
+  allocateForPayload(frame.payload, payloadBytes);
+  if (!ring.take(std::as_writable_bytes(std::span(frame.payload)))) return std::nullopt;
   return frame;
 }
 

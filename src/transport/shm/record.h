@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "crown/transport/transport.h"
 #include "crown/wire/envelope.h"
+#include "transport/shm/ring.h"
 
 namespace crown::transport::shm {
 
@@ -22,8 +25,11 @@ struct Frame {
   wire::Bytes payload;
 };
 
-/// The frame in `record` (whose bytes become its payload); throws
-/// ProtocolError saying why when the record breaks its format or `limits`.
-Frame frameOf(std::string&& record, const wire::FrameLimits& limits);
+/// The frame of the record of `length` bytes begun on `ring` (Ring::begin),
+/// its payload read straight into a buffer of its own (no copy after, no
+/// memset before); nullopt when the ring closed first. Throws ProtocolError
+/// saying why when the record breaks its format or `limits`, before a
+/// buffer for its payload is made.
+std::optional<Frame> readFrame(Ring& ring, std::uint64_t length, const wire::FrameLimits& limits);
 
 }  // namespace crown::transport::shm

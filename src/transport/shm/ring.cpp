@@ -271,6 +271,13 @@ Ring::Result Ring::read(std::string& out, std::chrono::steady_clock::time_point 
 template <class Buffer>
 Ring::Result Ring::readRecord(Buffer& out, std::chrono::steady_clock::time_point deadline) {
   std::uint64_t length = 0;
+  Result begun = begin(length, deadline);
+  if (begun != Result::kDone) return begun;
+  out.resize(length);
+  return take(std::as_writable_bytes(std::span(out))) ? Result::kDone : Result::kClosed;
+}
+
+Ring::Result Ring::begin(std::uint64_t& length, std::chrono::steady_clock::time_point deadline) {
   // A record begun is read to its end, however long the writer takes: only
   // the wait for its first byte is bounded by the caller's deadline.
   Header& h = *header_;
@@ -291,10 +298,11 @@ Ring::Result Ring::readRecord(Buffer& out, std::chrono::steady_clock::time_point
     close();
     return Result::kClosed;
   }
-  out.resize(length);
-  if (!takeBytes(reinterpret_cast<std::byte*>(out.data()), out.size(), forever))
-    return Result::kClosed;
   return Result::kDone;
+}
+
+bool Ring::take(std::span<std::byte> out) {
+  return takeBytes(out.data(), out.size(), std::chrono::steady_clock::time_point::max());
 }
 
 void Ring::close() {

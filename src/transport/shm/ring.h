@@ -54,6 +54,14 @@ class Ring {
   /// Reader side only.
   Result read(std::vector<std::byte>& out, std::chrono::steady_clock::time_point deadline);
   Result read(std::string& out, std::chrono::steady_clock::time_point deadline);
+  /// A record read in pieces, into buffers the reader picks once it knows
+  /// what the record holds: waits until `deadline` for the next record and
+  /// gives its length; the reader then takes exactly that many bytes with
+  /// take() before it begins another. Reader side only.
+  Result begin(std::uint64_t& length, std::chrono::steady_clock::time_point deadline);
+  /// The next `out.size()` bytes of the record begun, however long the
+  /// writer takes; false once the ring closed first.
+  bool take(std::span<std::byte> out);
   /// Either side: no more records; wakes whoever waits on the other.
   void close();
 

@@ -3,7 +3,9 @@
 // another process over a Unix socket and carries a ping-pong there; close
 // wakes a waiting reader; a wait that times out says so; a reader that
 // waits sleeps rather than spins; a segment that is not a sealed ring is
-// refused.
+// refused. A frame's record (record.h) is read in pieces, its payload into a
+// buffer of its own; one past the limits is refused before its payload is
+// read.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -11,11 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <ctime>
 #include <numeric>
 #include <thread>
 
 #include "crown/common/error.h"
+#include "transport/shm/record.h"
 #include "transport/shm/ring.h"
 
 namespace crown::transport::shm {
@@ -58,13 +62,79 @@ TEST(ShmRing, ARecordOfSeveralPartsIsOneRecord) {
   Ring reader = Ring::attach(::dup(writer.fd()));
   auto a = pattern(10, 1), b = pattern(5000, 2);
   std::span<const std::byte> parts[] = {a, b};
-  std::thread producer([&] { EXPECT_EQ(writer.write(parts, Clock::now() + 10s), Ring::Result::kDone); });
+  std::thread producer(
+      [&] { EXPECT_EQ(writer.write(parts, Clock::now() + 10s), Ring::Result::kDone); });
   std::vector<std::byte> got;
   ASSERT_EQ(reader.read(got, Clock::now() + 10s), Ring::Result::kDone);
   producer.join();
   std::vector<std::byte> both = a;
   both.insert(both.end(), b.begin(), b.end());
   EXPECT_EQ(got, both);
+}
+
+OutMessage frameMessage(std::string payload) {
+  return {{wire::MessageKind::kRequest, {0, 3}, {1, 4}, 77, "crown::Test"}, std::move(payload)};
+}
+
+TEST(ShmRecord, AFrameLargerThanTheRingIsReadInPiecesIntoItsOwnBuffer) {
+  Ring writer = Ring::create(4096);
+  Ring reader = Ring::attach(::dup(writer.fd()));
+  auto bytes = pattern(50000, 9);
+  OutMessage message =
+      frameMessage(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  std::thread producer([&] {
+    std::string head;
+    EXPECT_EQ(writer.write(recordParts(message, head), Clock::now() + 10s), Ring::Result::kDone);
+  });
+  std::uint64_t length = 0;
+  ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
+  std::optional<Frame> frame = readFrame(reader, length, wire::FrameLimits{});
+  producer.join();
+  ASSERT_TRUE(frame.has_value());
+  EXPECT_EQ(frame->envelope.type, "crown::Test");
+  EXPECT_EQ(frame->envelope.requestId, 77u);
+  ASSERT_EQ(frame->payload.size(), bytes.size());
+  EXPECT_EQ(0, std::memcmp(frame->payload.data(), bytes.data(), bytes.size()));
+}
+
+TEST(ShmRecord, APayloadPastTheLimitIsRefusedBeforeItIsRead) {
+  Ring writer = Ring::create(4096);
+  Ring reader = Ring::attach(::dup(writer.fd()));
+  OutMessage message = frameMessage(std::string(3000, 'x'));
+  std::string head;
+  ASSERT_EQ(writer.write(recordParts(message, head), Clock::now() + 10s), Ring::Result::kDone);
+  wire::FrameLimits limits;
+  limits.maxPayloadBytes = 1000;
+  std::uint64_t length = 0;
+  ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
+  try {
+    readFrame(reader, length, limits);
+    FAIL() << "a payload of 3000 bytes passed a limit of 1000";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("3000"), std::string::npos) << e.what();
+  }
+  // Refused once its header was read: the envelope and the payload are
+  // still in the ring, unread.
+  std::vector<std::byte> rest(length - 4);
+  ASSERT_TRUE(reader.take(rest));
+  EXPECT_EQ(std::vector<std::byte>(rest.end() - 3000, rest.end()),
+            std::vector<std::byte>(3000, std::byte{'x'}));
+}
+
+TEST(ShmRecord, ARingClosedMidFrameGivesNoFrame) {
+  Ring writer = Ring::create(4096);
+  Ring reader = Ring::attach(::dup(writer.fd()));
+  OutMessage message = frameMessage(std::string(100000, 'y'));
+  std::thread producer([&] {
+    std::string head;
+    // The ring fills and nobody reads on: the write times out and closes it.
+    EXPECT_EQ(writer.write(recordParts(message, head), Clock::now() + 200ms),
+              Ring::Result::kTimedOut);
+  });
+  std::uint64_t length = 0;
+  ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
+  producer.join();
+  EXPECT_FALSE(readFrame(reader, length, wire::FrameLimits{}).has_value());
 }
 
 // The real use: the segment crosses to another process over a Unix socket,
