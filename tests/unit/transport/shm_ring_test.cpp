@@ -97,28 +97,39 @@ TEST(ShmRecord, AFrameLargerThanTheRingIsReadInPiecesIntoItsOwnBuffer) {
   EXPECT_EQ(0, std::memcmp(frame->payload.data(), bytes.data(), bytes.size()));
 }
 
-TEST(ShmRecord, APayloadPastTheLimitIsRefusedBeforeItIsRead) {
-  Ring writer = Ring::create(4096);
-  Ring reader = Ring::attach(::dup(writer.fd()));
-  OutMessage message = frameMessage(std::string(3000, 'x'));
-  std::string head;
-  ASSERT_EQ(writer.write(recordParts(message, head), Clock::now() + 10s), Ring::Result::kDone);
-  wire::FrameLimits limits;
-  limits.maxPayloadBytes = 1000;
-  std::uint64_t length = 0;
-  ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
-  try {
-    readFrame(reader, length, limits);
-    FAIL() << "a payload of 3000 bytes passed a limit of 1000";
-  } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("3000"), std::string::npos) << e.what();
+// Refused, a small record (taken whole) and a large one (refused once its
+// header is read, before any buffer is made for its payload).
+TEST(ShmRecord, APayloadPastTheLimitIsRefused) {
+  for (std::size_t size : {3000, 200000}) {
+    Ring writer = Ring::create(4096);
+    Ring reader = Ring::attach(::dup(writer.fd()));
+    OutMessage message = frameMessage(std::string(size, 'x'));
+    std::thread producer([&] {
+      std::string head;
+      EXPECT_EQ(writer.write(recordParts(message, head), Clock::now() + 10s), Ring::Result::kDone);
+    });
+    wire::FrameLimits limits;
+    limits.maxPayloadBytes = 1000;
+    std::uint64_t length = 0;
+    ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
+    std::uint64_t unread = 0;
+    try {
+      readFrame(reader, length, limits);
+      ADD_FAILURE() << "a payload of " << size << " bytes passed a limit of 1000";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(size)), std::string::npos) << e.what();
+      // The large one was refused from its header: the rest is still unread.
+      unread = size > 64 * 1024 ? length - 4 : 0;
+    }
+    std::vector<std::byte> rest(unread);
+    EXPECT_TRUE(reader.take(rest));
+    if (size > 64 * 1024) {
+      ASSERT_EQ(unread, length - 4);
+      EXPECT_EQ(std::vector<std::byte>(rest.end() - static_cast<std::ptrdiff_t>(size), rest.end()),
+                std::vector<std::byte>(size, std::byte{'x'}));
+    }
+    producer.join();
   }
-  // Refused once its header was read: the envelope and the payload are
-  // still in the ring, unread.
-  std::vector<std::byte> rest(length - 4);
-  ASSERT_TRUE(reader.take(rest));
-  EXPECT_EQ(std::vector<std::byte>(rest.end() - 3000, rest.end()),
-            std::vector<std::byte>(3000, std::byte{'x'}));
 }
 
 TEST(ShmRecord, ARingClosedMidFrameGivesNoFrame) {
