@@ -30,17 +30,25 @@ namespace {
 // this small, and moving their payload down over the envelope costs less.
 constexpr std::uint64_t kWholeRecordBytes = 64 * 1024;
 
+// The payload's size in a record of `length` bytes whose envelope has
+// `envelopeBytes`; throws ProtocolError when either breaks the format or `limits`.
+std::uint64_t payloadBytesOf(std::uint32_t envelopeBytes, std::uint64_t length,
+                             const wire::FrameLimits& limits) {
+  if (envelopeBytes > limits.maxEnvelopeBytes || 4 + std::uint64_t{envelopeBytes} > length) {
+    throw ProtocolError("an envelope of " + std::to_string(envelopeBytes) + " bytes");
+  }
+  std::uint64_t payloadBytes = length - 4 - envelopeBytes;
+  if (!limits.allows(payloadBytes)) throw ProtocolError(limits.refusal(payloadBytes));
+  return payloadBytes;
+}
+
 std::optional<Frame> readSmallFrame(Ring& ring, std::uint64_t length,
                                     const wire::FrameLimits& limits) {
   std::string record(length, '\0');
   if (!ring.take(std::as_writable_bytes(std::span(record)))) return std::nullopt;
   std::uint32_t envelopeBytes = 0;
   std::memcpy(&envelopeBytes, record.data(), 4);
-  if (envelopeBytes > limits.maxEnvelopeBytes || 4 + std::uint64_t{envelopeBytes} > length) {
-    throw ProtocolError("an envelope of " + std::to_string(envelopeBytes) + " bytes");
-  }
-  std::uint64_t payloadBytes = length - 4 - envelopeBytes;
-  if (!limits.allows(payloadBytes)) throw ProtocolError(limits.refusal(payloadBytes));
+  payloadBytesOf(envelopeBytes, length, limits);
   Frame frame{
       wire::decodeEnvelope(reinterpret_cast<const std::byte*>(record.data() + 4), envelopeBytes),
       {}};
@@ -52,15 +60,11 @@ std::optional<Frame> readSmallFrame(Ring& ring, std::uint64_t length,
 }  // namespace
 
 std::optional<Frame> readFrame(Ring& ring, std::uint64_t length, const wire::FrameLimits& limits) {
-  std::uint32_t envelopeBytes = 0;
   if (length < 4) throw ProtocolError("a record shorter than its header");
   if (length <= kWholeRecordBytes) return readSmallFrame(ring, length, limits);
+  std::uint32_t envelopeBytes = 0;
   if (!ring.take(std::as_writable_bytes(std::span(&envelopeBytes, 1)))) return std::nullopt;
-  if (envelopeBytes > limits.maxEnvelopeBytes || 4 + std::uint64_t{envelopeBytes} > length) {
-    throw ProtocolError("an envelope of " + std::to_string(envelopeBytes) + " bytes");
-  }
-  std::uint64_t payloadBytes = length - 4 - envelopeBytes;
-  if (!limits.allows(payloadBytes)) throw ProtocolError(limits.refusal(payloadBytes));
+  std::uint64_t payloadBytes = payloadBytesOf(envelopeBytes, length, limits);
   std::vector<std::byte> envelope(envelopeBytes);
   if (!ring.take(envelope)) return std::nullopt;
   Frame frame{wire::decodeEnvelope(envelope.data(), envelope.size()), {}};
