@@ -7,9 +7,13 @@
 //            same-host links use today)
 //   mpi      MPI_Send/MPI_Recv of 64 B (Open MPI's shared-memory transport)
 // and 64 MiB one way (ring: through a 1 MiB ring, read into a buffer, the
-// copy in and out counted; mpi: MPI_Send/MPI_Recv), as bandwidth.
+// copy in and out counted; mpi: MPI_Send/MPI_Recv), as bandwidth. Then
+// frames of 64 KiB to 64 MiB one way, as the shared-memory backend sends
+// them (record.h), each size three ways: copied through the ring, lent
+// (lending.h: the reader copies from the writer's memory), and MPI_Send;
+// the sizes where lending wins give lendFromBytes() its default.
 //   mpirun --oversubscribe -n 2 build/bench/shm_ring [RESULTS]
-// Not crown's fabric yet: the ring alone, to size what the fast path gains.
+// The ring alone, without crown's actors: what the fast path can gain.
 #include <mpi.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,6 +23,9 @@
 #include <functional>
 
 #include "bench_util.h"
+#include "crown/wire/payload.h"
+#include "transport/shm/lending.h"
+#include "transport/shm/record.h"
 #include "transport/shm/ring.h"
 
 namespace {
@@ -113,6 +120,69 @@ double bulk(int rank, const std::function<void()>& send, const std::function<voi
   return best;
 }
 
+// Frames of `bytes` from rank 0 to rank 1, as many as make about 256 MiB
+// (at least 8): GB/s at the receiver, best of three rounds.
+double frames(int rank, std::size_t bytes, Ring& out, Ring& in, bool lend, pid_t lender) {
+  using namespace crown::transport::shm;
+  auto source = std::make_shared<std::string>(bytes, 'f');
+  crown::wire::Payload payload(std::string("head"));
+  payload.append(source, source->data(), source->size());
+  crown::transport::OutMessage message{
+      {crown::wire::MessageKind::kOneWay, {0, 1}, {1, 1}, 0, "bench::Bulk"}, std::move(payload)};
+  int count = static_cast<int>(std::max<std::size_t>(8, (std::size_t{256} << 20) / bytes));
+  auto deadline = Clock::now() + std::chrono::minutes(5);
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto start = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      if (rank == 0) {
+        std::string head;
+        Ring::Result written = lend ? out.write(lentRecordParts(message, head), deadline)
+                                    : out.write(recordParts(message, head), deadline);
+        if (written == Ring::Result::kDone && lend) written = out.awaitReturn(deadline);
+        if (written != Ring::Result::kDone) throw std::runtime_error("a frame was not written");
+      } else {
+        std::uint64_t length = 0;
+        Frame frame;
+        if (in.begin(length, deadline) != Ring::Result::kDone ||
+            readFrame(in, length, crown::wire::FrameLimits{}, lender, frame) != Taken::kFrame) {
+          throw std::runtime_error("a frame was not read");
+        }
+        crown::wire::recycle(std::move(frame.payload));  // as a Python receiver's buffer is
+      }
+    }
+    double seconds = secondsSince(start);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) best = std::max(best, static_cast<double>(bytes) * count / seconds / 1e9);
+  }
+  MPI_Bcast(&best, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+  return best;
+}
+
+double mpiFrames(int rank, std::size_t bytes) {
+  std::vector<char> buffer(bytes, 'm');
+  int count = static_cast<int>(std::max<std::size_t>(8, (std::size_t{256} << 20) / bytes));
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto start = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      if (rank == 0) {
+        MPI_Send(buffer.data(), static_cast<int>(bytes), MPI_BYTE, 1, 3, MPI_COMM_WORLD);
+      } else {
+        MPI_Recv(buffer.data(), static_cast<int>(bytes), MPI_BYTE, 0, 3, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+      }
+    }
+    double seconds = secondsSince(start);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) best = std::max(best, static_cast<double>(bytes) * count / seconds / 1e9);
+  }
+  MPI_Bcast(&best, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +232,17 @@ int main(int argc, char** argv) {
         MPI_Recv(big.data(), static_cast<int>(kBulk), MPI_BYTE, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       });
 
+  int writerPid = static_cast<int>(::getpid());
+  MPI_Bcast(&writerPid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  nlohmann::json sweep = nlohmann::json::array();
+  for (std::size_t bytes = 64 << 10; bytes <= kBulk; bytes *= 4) {
+    double copied = frames(rank, bytes, out, in, false, writerPid);
+    double lent = frames(rank, bytes, out, in, true, writerPid);
+    double viaMpi = mpiFrames(rank, bytes);
+    sweep.push_back(
+        {{"bytes", bytes}, {"copied_GBps", copied}, {"lent_GBps", lent}, {"mpi_GBps", viaMpi}});
+  }
+
   if (rank == 0) {
     std::printf("shm_ring: rank 0 <-> rank 1 (same host), %d round trips of %zu B after %d warm-up\n",
                 kRoundTrips, kSmall, kWarmUp);
@@ -175,7 +256,15 @@ int main(int argc, char** argv) {
     row("mpi ping-pong (64 B)", mpi);
     std::printf("64 MiB one way: ring %.2f GB/s, MPI_Send %.2f GB/s (ring/mpi %.2f)\n", ringBulk,
                 mpiBulk, ratio(ringBulk, mpiBulk));
-    nlohmann::json json = {{"ring", toJson(ring)},
+    std::printf("frames one way (GB/s): size, copied through the ring, lent, MPI_Send\n");
+    for (const auto& row : sweep) {
+      std::printf("%10zu B  copied %6.2f  lent %6.2f  mpi %6.2f  (lent/copied %.2f)\n",
+                  row["bytes"].get<std::size_t>(), row["copied_GBps"].get<double>(),
+                  row["lent_GBps"].get<double>(), row["mpi_GBps"].get<double>(),
+                  ratio(row["lent_GBps"].get<double>(), row["copied_GBps"].get<double>()));
+    }
+    nlohmann::json json = {{"frames_one_way", sweep},
+                           {"ring", toJson(ring)},
                            {"unix", toJson(unix)},
                            {"mpi", toJson(mpi)},
                            {"ring_over_mpi_p50", ratio(ring.p50, mpi.p50)},

@@ -62,10 +62,11 @@ InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimit
     Ring::Result got = ring->begin(length, std::chrono::steady_clock::now() + slice);
     if (got == Ring::Result::kDone) {
       heard = ticksNow();
-      std::optional<Frame> frame;
+      Frame frame;
       try {
-        frame = readFrame(*ring, length, limits);
-        if (!frame) break;  // the ring closed mid-record: the peer is gone
+        Taken taken = readFrame(*ring, length, limits, lender, frame);
+        if (taken == Taken::kAgain) continue;
+        if (taken == Taken::kClosed) break;  // the ring closed mid-record: the peer is gone
       } catch (const std::exception& e) {
         log::get().warn(
             "shared-memory backend: refused a frame from rank {} and closed the link: {}", peer,
@@ -75,16 +76,16 @@ InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimit
         up = false;
         return End::kRefused;
       }
-      auto kind = frame->envelope.kind;
+      auto kind = frame.envelope.kind;
       if (kind == wire::MessageKind::kReply || kind == wire::MessageKind::kFailure) {
-        sink.onAnswer(peer, frame->envelope.requestId);
+        sink.onAnswer(peer, frame.envelope.requestId);
       }
       if (kind != wire::MessageKind::kNotice) {
         // On the reader's own thread, so frames from one peer keep their
         // order (as a link's strand does); what it starts goes to the pool.
-        sink.onFrame(peer, std::move(frame->envelope), std::move(frame->payload));
-      } else if (frame->envelope.type == wire::kNoticeDeparting) {
-        sink.onLastWords(peer, std::move(frame->payload));
+        sink.onFrame(peer, std::move(frame.envelope), std::move(frame.payload));
+      } else if (frame.envelope.type == wire::kNoticeDeparting) {
+        sink.onLastWords(peer, std::move(frame.payload));
       }  // another notice is of a later version: nothing to do here
       continue;
     }

@@ -6,6 +6,8 @@
 // what a hang-up or a silence means (shm_backend.cpp, markLost).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -59,6 +61,7 @@ struct OutLink {
 struct InLink {
   Rank peer = 0;
   int socket = -1;
+  pid_t lender = 0;  // the writer's process, from its socket: whose lent payloads are read
   std::atomic<bool> up{false};  // authenticated, its ring attached; false once read to the end
   std::optional<Ring> ring;
   std::atomic<std::int64_t> heard{0};  // ticks of the last record or heartbeat byte

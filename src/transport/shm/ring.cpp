@@ -63,6 +63,10 @@ struct Ring::Header {
   alignas(64) std::atomic<std::uint32_t> roomWord;  // bumped after tail moves
   std::atomic<std::uint32_t> writerSleeping;
   alignas(64) std::atomic<std::uint32_t> closed;
+  alignas(64) std::atomic<std::uint32_t> returned;  // lent payloads given back, mod 2^32
+  std::atomic<std::uint32_t> returnWord;            // bumped after returned moves
+  std::atomic<std::uint32_t> lenderSleeping;
+  std::atomic<std::uint32_t> lendingRefused;
 };
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "atomics shared between processes");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "atomics shared between processes");
@@ -139,6 +143,7 @@ Ring& Ring::operator=(Ring&& other) noexcept {
     spinLimit_ = other.spinLimit_;
     spin_ = other.spin_;
     sleeps_ = other.sleeps_;
+    lent_ = other.lent_;
   }
   return *this;
 }
@@ -310,9 +315,33 @@ void Ring::close() {
   h.closed.store(1);
   h.dataWord.fetch_add(1);
   h.roomWord.fetch_add(1);
+  h.returnWord.fetch_add(1);
   futexWake(h.dataWord);
   futexWake(h.roomWord);
+  futexWake(h.returnWord);
 }
+
+bool Ring::closed() const { return header_->closed.load() != 0; }
+
+Ring::Result Ring::awaitReturn(std::chrono::steady_clock::time_point deadline) {
+  Header& h = *header_;
+  std::uint32_t lent = ++lent_;
+  auto given = [&] { return h.returned.load() == lent; };
+  if (await(given, h.returnWord, h.lenderSleeping, deadline) || given()) return Result::kDone;
+  if (h.closed.load()) return Result::kClosed;
+  close();  // the reader may yet copy: it must drop what it copies from memory reused now
+  return Result::kTimedOut;
+}
+
+void Ring::giveBack(bool refused) {
+  Header& h = *header_;
+  if (refused) h.lendingRefused.store(1);
+  h.returned.fetch_add(1);  // seq_cst: before the word and the sleeper's flag
+  h.returnWord.fetch_add(1);
+  if (h.lenderSleeping.load()) futexWake(h.returnWord);
+}
+
+bool Ring::lendingRefused() const { return header_->lendingRefused.load() != 0; }
 
 namespace {
 

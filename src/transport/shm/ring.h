@@ -64,6 +64,20 @@ class Ring {
   bool take(std::span<std::byte> out);
   /// Either side: no more records; wakes whoever waits on the other.
   void close();
+  bool closed() const;
+
+  /// Lending (lending.h): a record may name payload bytes in the writer's
+  /// memory, which the reader copies out itself. The writer, after each
+  /// such record, waits until the reader is done with that memory; kDone
+  /// then, else kTimedOut (the ring is then closed, so the reader drops
+  /// what it copied: the memory may be reused) or kClosed. Writer side only.
+  Result awaitReturn(std::chrono::steady_clock::time_point deadline);
+  /// The reader is done with the memory lent last: copied, or `refused`
+  /// (it cannot read the writer's memory, so none will be lent again on
+  /// this ring). Reader side only.
+  void giveBack(bool refused);
+  /// Whether the reader refused lending.
+  bool lendingRefused() const;
 
   /// The most a wait spins before it sleeps (0: never spins); adapted
   /// below this bound.
@@ -89,6 +103,7 @@ class Ring {
   std::chrono::nanoseconds spinLimit_{std::chrono::microseconds(20)};
   std::chrono::nanoseconds spin_{std::chrono::microseconds(5)};  // adapted
   std::uint64_t sleeps_ = 0;
+  std::uint32_t lent_ = 0;  // records with lent payloads written (the writer's end)
 };
 
 /// Passes `fd` over the connected Unix socket `socket` (SCM_RIGHTS), with

@@ -148,12 +148,10 @@ class ShmBackend final : public Backend {
         return handBack(to, std::move(message), *error);
       }
     }
-    std::string head;
-    auto parts = recordParts(message, head);
     bool request = message.envelope.kind == wire::MessageKind::kRequest;
     std::uint64_t id = message.envelope.requestId;
     if (request) out->expect(id);
-    Ring::Result written = out->ring->write(parts, Clock::now() + kWriteBound);
+    Ring::Result written = writeFrame(*out->ring, message, Clock::now() + kWriteBound);
     if (written == Ring::Result::kDone) return;
     if (request) out->settled(id);
     if (auto refused = out->refusal()) {
@@ -379,6 +377,7 @@ class ShmBackend final : public Backend {
     auto link = acceptLink(in.socket, options_);
     if (!link) return;
     in.peer = link->peer;
+    in.lender = peerProcess(in.socket);
     in.ring.emplace(std::move(link->ring));
     in.heard = ticksNow();
     in.up = true;

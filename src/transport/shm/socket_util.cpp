@@ -20,6 +20,13 @@ sockaddr_un abstractAddress(const std::string& name, socklen_t& size) {
   return address;
 }
 
+pid_t peerProcess(int fd) {
+  ucred credentials{};
+  socklen_t size = sizeof credentials;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) return 0;
+  return credentials.pid;
+}
+
 void setTimeouts(int fd, std::chrono::milliseconds bound) {
   timeval t{static_cast<time_t>(bound.count() / 1000),
             static_cast<suseconds_t>(bound.count() % 1000 * 1000)};

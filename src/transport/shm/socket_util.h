@@ -16,6 +16,10 @@ namespace crown::transport::shm {
 
 sockaddr_un abstractAddress(const std::string& name, socklen_t& size);
 
+/// The process at the other end of connected Unix socket `fd`, as the
+/// kernel saw it connect (SO_PEERCRED); 0 when it cannot say.
+pid_t peerProcess(int fd);
+
 /// SO_RCVTIMEO and SO_SNDTIMEO; 0 blocks without a bound.
 void setTimeouts(int fd, std::chrono::milliseconds bound);
 

@@ -88,13 +88,14 @@ TEST(ShmRecord, AFrameLargerThanTheRingIsReadInPiecesIntoItsOwnBuffer) {
   });
   std::uint64_t length = 0;
   ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
-  std::optional<Frame> frame = readFrame(reader, length, wire::FrameLimits{});
+  Frame frame;
+  Taken taken = readFrame(reader, length, wire::FrameLimits{}, 0, frame);
   producer.join();
-  ASSERT_TRUE(frame.has_value());
-  EXPECT_EQ(frame->envelope.type, "crown::Test");
-  EXPECT_EQ(frame->envelope.requestId, 77u);
-  ASSERT_EQ(frame->payload.size(), bytes.size());
-  EXPECT_EQ(0, std::memcmp(frame->payload.data(), bytes.data(), bytes.size()));
+  ASSERT_EQ(taken, Taken::kFrame);
+  EXPECT_EQ(frame.envelope.type, "crown::Test");
+  EXPECT_EQ(frame.envelope.requestId, 77u);
+  ASSERT_EQ(frame.payload.size(), bytes.size());
+  EXPECT_EQ(0, std::memcmp(frame.payload.data(), bytes.data(), bytes.size()));
 }
 
 // Refused, a small record (taken whole) and a large one (refused once its
@@ -114,7 +115,8 @@ TEST(ShmRecord, APayloadPastTheLimitIsRefused) {
     ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
     bool refused = false;
     try {
-      readFrame(reader, length, limits);
+      Frame frame;
+      readFrame(reader, length, limits, 0, frame);
     } catch (const ProtocolError& e) {
       refused = true;
       EXPECT_NE(std::string(e.what()).find(std::to_string(size)), std::string::npos) << e.what();
@@ -144,7 +146,8 @@ TEST(ShmRecord, ARingClosedMidFrameGivesNoFrame) {
   std::uint64_t length = 0;
   ASSERT_EQ(reader.begin(length, Clock::now() + 10s), Ring::Result::kDone);
   producer.join();
-  EXPECT_FALSE(readFrame(reader, length, wire::FrameLimits{}).has_value());
+  Frame frame;
+  EXPECT_EQ(readFrame(reader, length, wire::FrameLimits{}, 0, frame), Taken::kClosed);
 }
 
 // The real use: the segment crosses to another process over a Unix socket,
