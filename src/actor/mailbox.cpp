@@ -54,6 +54,7 @@ struct Mailboxes::Cell {
   std::deque<Delivery> mailbox;
   ReorderBuffer<Delivery> order;
   bool scheduled = false;
+  bool running = false;  // a handler runs: destroyActors leaves the actor to its drain
   bool closed = false;  // removed: nothing more is handled, whatever arrives is refused
 
   // With `mutex` held: true when the caller must schedule the drain of what
@@ -226,6 +227,7 @@ void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
     std::optional<LostMessages> lost;
     {
       std::lock_guard lock(cell->mutex);
+      if (cell->closed) return;  // removed, or its actor destroyed
       auto now = std::chrono::steady_clock::now();
       std::size_t before = cell->mailbox.size();
       auto result = cell->order.giveUp(sender, now, gapTimeout_, cell->mailbox);
@@ -258,9 +260,14 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
       }
       delivery = std::move(cell->mailbox.front());
       cell->mailbox.pop_front();
+      cell->running = true;
     }
     std::size_t payloadBytes = delivery.payload.size();  // the handler may take the payload
     run(*cell->actor, delivery);
+    {
+      std::lock_guard lock(cell->mutex);
+      cell->running = false;
+    }
     consumed(delivery.envelope, payloadBytes);
   }
   // Yield the thread to other actors; the drain stays counted in activeDrains_.
@@ -363,6 +370,23 @@ void Mailboxes::quiesce(std::chrono::steady_clock::time_point deadline) {
   int ownDrain = pool_->inPool() && t_currentActor != nullptr ? 1 : 0;  // from a handler
   while (activeDrains_ > ownDrain && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void Mailboxes::destroyActors() {
+  std::unordered_map<std::uint64_t, std::shared_ptr<Cell>> cells;
+  {
+    std::lock_guard lock(mutex_);
+    cells.swap(cells_);  // none is found from here on
+  }
+  for (auto& [local, cell] : cells) {
+    std::unique_ptr<Actor> actor;
+    {
+      std::lock_guard lock(cell->mutex);
+      cell->closed = true;
+      if (!cell->running) actor = std::move(cell->actor);
+    }
+    actor.reset();  // outside the cell's lock: its destructor may wait on other actors' work
   }
 }
 

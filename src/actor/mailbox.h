@@ -57,6 +57,11 @@ class Mailboxes {
   /// Stops starting handlers, and waits until those running have returned
   /// (the caller's own, if it is one, excepted) or `deadline` passes.
   void quiesce(std::chrono::steady_clock::time_point deadline);
+  /// After quiesce: destroys every hosted actor whose handler is not running,
+  /// now, rather than with the last reference to its mailbox (a drain task
+  /// left queued in a stopped pool may hold one past the Proc). Actors may
+  /// use their Proc until they are destroyed (the tensor engine's streams do).
+  void destroyActors();
   /// Actors hosted, messages waiting, messages handled (Proc::stats).
   void count(std::size_t& actors, std::size_t& queued, std::uint64_t& handled);
 

@@ -210,6 +210,7 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
 
 Proc::~Proc() {
   stop(std::chrono::milliseconds(0));
+  impl_->mailboxes.destroyActors();  // while every part of this Proc lives
   Proc* self = this;
   g_firstProc.compare_exchange_strong(self, nullptr);
 }

@@ -160,5 +160,77 @@ TEST_F(SimTest, AFrameRefusedAsBadFailsItsRequestButNotThePeer) {
   EXPECT_EQ(member.call<Rank>(Who{}).get(5s), 1u);
 }
 
+// An executor that keeps what it is given once frozen and never runs it:
+// a stopped pool whose queue outlives the Procs that posted to it.
+class FreezableExecutor : public Executor {
+ public:
+  explicit FreezableExecutor(std::shared_ptr<Executor> inner) : inner_(std::move(inner)) {}
+  void freeze() { frozen_ = true; }
+  std::size_t kept() {
+    std::lock_guard lock(mutex_);
+    return kept_.size();
+  }
+  void start() override { inner_->start(); }
+  void post(std::function<void()> task) override {
+    if (!keep(task)) inner_->post(std::move(task));
+  }
+  void defer(std::function<void()> task) override {
+    if (!keep(task)) inner_->defer(std::move(task));
+  }
+  void after(std::chrono::milliseconds delay, std::function<void()> task) override {
+    if (!keep(task)) inner_->after(delay, std::move(task));
+  }
+  void stop() override { inner_->stop(); }
+  bool inPool() const override { return inner_->inPool(); }
+
+ private:
+  bool keep(std::function<void()>& task) {
+    if (!frozen_) return false;
+    std::lock_guard lock(mutex_);
+    kept_.push_back(std::move(task));
+    return true;
+  }
+  std::shared_ptr<Executor> inner_;
+  std::atomic<bool> frozen_{false};
+  std::mutex mutex_;
+  std::vector<std::function<void()>> kept_;
+};
+
+class Witness : public Actor {
+ public:
+  explicit Witness(std::shared_ptr<std::atomic<bool>> destroyed) : destroyed_(destroyed) {
+    handle<Note>([](const Note&) {});
+  }
+  ~Witness() override { *destroyed_ = true; }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> destroyed_;
+};
+
+// An actor may use its Proc until it is destroyed (the tensor engine's
+// streams do), so it goes with its Proc even when a drain task queued in a
+// stopped pool still holds its mailbox.
+TEST(ProcTeardown, AnActorIsDestroyedWithItsProcThoughAQueuedDrainHoldsItsMailbox) {
+  auto io = std::make_shared<transport::IoPool>();
+  auto pool = std::make_shared<FreezableExecutor>(io);
+  auto hub = transport::makeLocalHub(io, 1, {});
+  auto hosts = std::make_shared<const std::vector<std::string>>(1, "sim");
+  auto proc =
+      std::make_unique<Proc>(Proc::Options{0, 1, hosts, pool, /*stopsPool=*/false},
+                             transport::makeLocalTransport(hub, 0), std::vector<std::string>(1));
+  auto destroyed = std::make_shared<std::atomic<bool>>(false);
+  ActorRef<> witness(proc->spawnLocal(std::make_unique<Witness>(destroyed), "witness"));
+  pool->freeze();
+  witness.send(Note{0, 1});
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (pool->kept() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_GT(pool->kept(), 0u) << "the message's drain never reached the pool";
+  proc->stop(0ms);
+  io->stop();
+  proc.reset();
+  EXPECT_TRUE(*destroyed) << "the actor outlived its Proc";
+}
+
 }  // namespace
 }  // namespace crown
