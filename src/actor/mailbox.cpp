@@ -253,6 +253,8 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
     Delivery delivery;
     {
       std::lock_guard lock(cell->mutex);
+      // The previous handler, if any, returned: cleared in this lock, not one of its own.
+      cell->running = false;
       if (cell->mailbox.empty() || stopping_ || cell->closed) {
         cell->scheduled = false;
         --activeDrains_;
@@ -264,11 +266,11 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
     }
     std::size_t payloadBytes = delivery.payload.size();  // the handler may take the payload
     run(*cell->actor, delivery);
-    {
-      std::lock_guard lock(cell->mutex);
-      cell->running = false;
-    }
     consumed(delivery.envelope, payloadBytes);
+  }
+  {
+    std::lock_guard lock(cell->mutex);
+    cell->running = false;  // a yielded drain may wait in a stopped pool: not running
   }
   // Yield the thread to other actors; the drain stays counted in activeDrains_.
   pool_->post([this, cell] { drain(cell); });
