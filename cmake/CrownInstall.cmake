@@ -8,9 +8,10 @@ include(GNUInstallDirs)
 
 set(crown_libraries crown_common crown_wire crown_transport crown_actor crown_mesh crown_tensor crown_rdma crown_supervision crown_debug
                     crown_bootstrap crown)
-# The CUDA and NCCL targets, when built: Crown::crown links NCCL's whole.
+# The CUDA and NCCL targets, when built: Crown::crown links NCCL's and
+# CUDA's RDMA device memory whole.
 if(CROWN_WITH_CUDA_ENABLED)
-  list(APPEND crown_libraries crown_cuda)
+  list(APPEND crown_libraries crown_cuda crown_cuda_rdma)
 endif()
 if(CROWN_WITH_NCCL_ENABLED)
   list(APPEND crown_libraries crown_nccl)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks of crown's NCCL path, as one script for a lent GPU machine
-# (written for one H200 and 16 cores): configure and build only what the
-# checks need, run the gpu-labelled tests, then the allreduce benchmark of
-# CUDA tensors through the C++ TensorMesh API.
+# The GPU checks of crown's NCCL path and of RDMA buffers of GPU memory, as
+# one script for a lent GPU machine (written for one H200 and 16 cores):
+# configure and build only what the checks need, run the gpu-labelled tests,
+# then the allreduce benchmark of CUDA tensors through the C++ TensorMesh
+# API and the RDMA bandwidth of GPU memory (2 ranks sharing the GPUs).
 #
 #   bench/gpu/run_gpu_checks.sh            # from the repository root
 #
@@ -36,8 +37,9 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   { tail -40 "$build.configure.log"; echo "FAIL: configure"; exit 1; }
 grep "crown: CUDA" "$build.configure.log"
 
-step "build (-j$jobs): crown_cuda_test mpi_nccl_test gpu_allreduce"
-ninja -C "$build" -j "$jobs" crown_cuda_test mpi_nccl_test gpu_allreduce ||
+step "build (-j$jobs): the gpu tests, gpu_allreduce, rdma_gpu_bench"
+ninja -C "$build" -j "$jobs" crown_cuda_test mpi_nccl_test mpi_rdma_gpu_test gpu_allreduce \
+  rdma_gpu_bench ||
   { echo "FAIL: build"; exit 1; }
 
 step "the gpu-labelled tests"
@@ -50,6 +52,10 @@ mkdir -p "$build/results"
 CROWN_BENCH_RESULTS="$build/results" timeout -k 5 300 \
   mpirun --oversubscribe -n "$gpus" -x CROWN_BENCH_RESULTS "$build/bench/gpu_allreduce" \
   --max-mib 256 --iters 20 || status=1
+
+step "RDMA of GPU memory, 2 ranks"
+CROWN_BENCH_RESULTS="$build/results" timeout -k 5 300 \
+  mpirun --oversubscribe -n 2 -x CROWN_BENCH_RESULTS "$build/bench/rdma_gpu_bench" || status=1
 
 step "done: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
 if [[ -n ${OUT:-} ]]; then

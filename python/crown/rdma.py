@@ -19,8 +19,8 @@ owner's actors or the controller::
         def pull(self, handle):
             handle.read_into(self.weights.view(-1)).get()
 
-A buffer takes a torch tensor (CPU), a numpy array or a memoryview, 1-D and
-contiguous (``t.view(-1)`` or ``t.view(torch.uint8)`` of a contiguous
+A buffer takes a torch tensor (CPU or CUDA), a numpy array or a memoryview,
+1-D and contiguous (``t.view(-1)`` or ``t.view(torch.uint8)`` of a contiguous
 tensor). Errors: ``ValueError`` for a size-0 or non-contiguous buffer and for
 a destination too small (before anything moves); :class:`RDMAError` for a
 dropped buffer (or one whose owner actor stopped); ``TimeoutError`` when a
@@ -63,39 +63,38 @@ def _is_tensor(obj) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _memory(obj, what: str) -> Tuple[int, int, bool]:
-    """(address, bytes, read_only) of obj's memory, which must be 1-D and contiguous."""
+def _memory(obj, what: str) -> Tuple[int, int, bool, bool]:
+    """(address, bytes, read_only, on_gpu) of obj's memory, which must be 1-D and
+    contiguous."""
     if _is_tensor(obj):
-        if obj.device.type != "cpu":
-            aware = _crown.rdma_stats()["cuda_aware_mpi"]
-            raise ValueError(
-                f"{what}: a tensor on {obj.device}; crown's RDMA buffers take CPU memory only "
-                f"for now (this MPI is {'' if aware else 'not '}CUDA-aware; neither registering "
-                "GPU memory nor staging it through pinned host memory is built yet): copy it to "
-                "the CPU first")
+        if obj.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{what}: a tensor on {obj.device}; crown's RDMA buffers take CPU "
+                             "and CUDA memory: copy it to one of them first")
         if obj.dim() != 1:
             raise ValueError(f"{what}: a {obj.dim()}-D tensor; it must be 1-D and contiguous "
                              "(t.view(-1) of a contiguous tensor)")
         if not obj.is_contiguous():
             raise ValueError(f"{what}: a non-contiguous tensor (stride {obj.stride()}); "
                              "make it contiguous first (t.contiguous())")
-        return obj.data_ptr(), obj.numel() * obj.element_size(), False
+        return (obj.data_ptr(), obj.numel() * obj.element_size(), False,
+                obj.device.type == "cuda")
     if isinstance(obj, memoryview):
         if obj.ndim != 1 or not obj.c_contiguous:
             raise ValueError(f"{what}: the memoryview must be 1-D and contiguous "
                              f"(it has {obj.ndim} dimension(s), strides {obj.strides})")
         if obj.nbytes == 0:
-            return 0, 0, obj.readonly
+            return 0, 0, obj.readonly, False
         import numpy
 
-        return numpy.frombuffer(obj, dtype=numpy.uint8).ctypes.data, obj.nbytes, obj.readonly
+        return (numpy.frombuffer(obj, dtype=numpy.uint8).ctypes.data, obj.nbytes, obj.readonly,
+                False)
     numpy = __import__("sys").modules.get("numpy")
     if numpy is not None and isinstance(obj, numpy.ndarray):
         if obj.ndim != 1 or not obj.flags["C_CONTIGUOUS"]:
             raise ValueError(f"{what}: the array must be 1-D and contiguous (it has shape "
                              f"{obj.shape}, strides {obj.strides}); use a.ravel() of a "
                              "contiguous array")
-        return obj.ctypes.data, obj.nbytes, not obj.flags["WRITEABLE"]
+        return obj.ctypes.data, obj.nbytes, not obj.flags["WRITEABLE"], False
     raise ValueError(f"{what}: {type(obj).__name__} is not a torch tensor, numpy array or "
                      "memoryview")
 
@@ -129,11 +128,11 @@ class RDMABuffer:
     """Memory of this process that other processes may read and write."""
 
     def __init__(self, data):
-        address, size, read_only = _memory(data, "RDMABuffer")
+        address, size, read_only, on_gpu = _memory(data, "RDMABuffer")
         if size == 0:
             raise ValueError("Cannot create an RDMABuffer of size 0")
         _prune_retiring()
-        self._handle = _crown.RdmaHandle(address, size, read_only)
+        self._handle = _crown.RdmaHandle(address, size, read_only, on_gpu)
         self._keep = data  # the memory stays valid until the drop has finished
         if not is_rdma_available():
             warnings.warn("one-sided MPI is not in use (CROWN_RDMA_WINDOW=0, or MPI has no "
@@ -215,24 +214,24 @@ class RDMAAction:
     local ``src`` into buffer ``dst``. They run at the same time."""
 
     def __init__(self):
-        self._ops = []  # (kind, buffer, local, address, bytes)
+        self._ops = []  # (kind, buffer, local, address, bytes, on_gpu)
 
     def read_remote(self, dst, src: RDMABuffer) -> "RDMAAction":
-        address, size, read_only = _memory(dst, "read_into: the destination")
+        address, size, read_only, on_gpu = _memory(dst, "read_into: the destination")
         if read_only:
             raise ValueError("read_into: the destination is read-only")
         if size < src.size():
             raise ValueError(f"read_into: the destination holds {size} bytes, fewer than the "
                              f"{src.size()} of {src!r}")
-        self._ops.append(("read", src, dst, address, size))
+        self._ops.append(("read", src, dst, address, size, on_gpu))
         return self
 
     def write_remote(self, dst: RDMABuffer, src) -> "RDMAAction":
-        address, size, _ = _memory(src, "write_from: the source")
+        address, size, _, on_gpu = _memory(src, "write_from: the source")
         if size > dst.size():
             raise ValueError(f"write_from: the source holds {size} bytes, more than the "
                              f"{dst.size()} of {dst!r}")
-        self._ops.append(("write", dst, src, address, size))
+        self._ops.append(("write", dst, src, address, size, on_gpu))
         return self
 
     def submit(self, *, timeout: float = 60) -> Future:
@@ -241,12 +240,12 @@ class RDMAAction:
         if not timeout > 0:
             raise ValueError("an RDMA timeout must be positive")
         started = []
-        for kind, buffer, local, address, size in self._ops:
+        for kind, buffer, local, address, size, on_gpu in self._ops:
             handle = buffer._handle
             if kind == "read":
-                started.append((handle.read_into(address, size, timeout), local))
+                started.append((handle.read_into(address, size, timeout, on_gpu), local))
             else:
-                started.append((handle.write_from(address, size, timeout), local))
+                started.append((handle.write_from(address, size, timeout, on_gpu), local))
         _track_transfers(started)
 
         def wait(wait_timeout: Optional[float]):

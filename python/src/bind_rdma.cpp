@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "crown/rdma/buffer.h"
+#include "crown/rdma/device_memory.h"
 
 namespace py = pybind11;
 
@@ -24,6 +25,20 @@ std::chrono::milliseconds toMillis(double seconds) {
   // Below a millisecond still means "a deadline", not "none".
   return std::chrono::milliseconds(
       std::max<std::int64_t>(1, static_cast<std::int64_t>(seconds * 1000)));
+}
+
+// A CUDA tensor's memory is registered or moved only where crown knows it
+// for device memory (a build with CUDA, a device present): anything else
+// would hand MPI or memcpy a pointer the host cannot touch.
+void checkOnGpu(std::uintptr_t address, bool onGpu) {
+  if (onGpu && !rdma::isDeviceMemory(reinterpret_cast<const void*>(address))) {
+    throw py::value_error(
+        rdma::deviceMemory()
+            ? "a CUDA tensor whose memory CUDA does not know as the device's (no CUDA device "
+              "visible to this process?)"
+            : "a CUDA tensor, but this build of crown has no CUDA support (built without the "
+              "CUDA toolkit): copy it to the CPU first");
+  }
 }
 
 class RdmaFuture {
@@ -68,11 +83,13 @@ void bindRdma(py::module_& m) {
       .def("done", &RdmaFuture::done);
 
   py::class_<Buffer>(m, "RdmaHandle")
-      .def(py::init([](std::uintptr_t address, std::size_t bytes, bool readOnly) {
+      .def(py::init([](std::uintptr_t address, std::size_t bytes, bool readOnly, bool onGpu) {
+             checkOnGpu(address, onGpu);
              py::gil_scoped_release release;  // the attach waits for the MPI service thread
              return Buffer::registerMemory(reinterpret_cast<void*>(address), bytes, readOnly);
            }),
-           py::arg("address"), py::arg("size"), py::arg("read_only") = false)
+           py::arg("address"), py::arg("size"), py::arg("read_only") = false,
+           py::arg("on_gpu") = false)
       .def_property_readonly("owner", &Buffer::owner)
       .def_property_readonly("owner_actor", &Buffer::ownerActor)
       .def_property_readonly("address", &Buffer::address)
@@ -82,20 +99,24 @@ void bindRdma(py::module_& m) {
       .def("describe", &Buffer::describe)
       .def(
           "read_into",
-          [](const Buffer& b, std::uintptr_t address, std::size_t capacity, double timeout) {
+          [](const Buffer& b, std::uintptr_t address, std::size_t capacity, double timeout,
+             bool onGpu) {
+            checkOnGpu(address, onGpu);
             auto ms = toMillis(timeout);
             py::gil_scoped_release release;
             return RdmaFuture(b.readInto(reinterpret_cast<void*>(address), capacity, ms));
           },
-          py::arg("address"), py::arg("capacity"), py::arg("timeout"))
+          py::arg("address"), py::arg("capacity"), py::arg("timeout"), py::arg("on_gpu") = false)
       .def(
           "write_from",
-          [](const Buffer& b, std::uintptr_t address, std::size_t bytes, double timeout) {
+          [](const Buffer& b, std::uintptr_t address, std::size_t bytes, double timeout,
+             bool onGpu) {
+            checkOnGpu(address, onGpu);
             auto ms = toMillis(timeout);
             py::gil_scoped_release release;
             return RdmaFuture(b.writeFrom(reinterpret_cast<const void*>(address), bytes, ms));
           },
-          py::arg("address"), py::arg("size"), py::arg("timeout"))
+          py::arg("address"), py::arg("size"), py::arg("timeout"), py::arg("on_gpu") = false)
       .def("drop",
            [](const Buffer& b) {
              py::gil_scoped_release release;
@@ -126,6 +147,8 @@ void bindRdma(py::module_& m) {
     out["attached"] = s.attached;
     out["window"] = s.window;
     out["cuda_aware_mpi"] = s.cudaAwareMpi;
+    out["device_memory"] = s.deviceMemory;
+    out["staged"] = s.staged;
     out["held"] = s.held;
     out["in_flight"] = s.inFlight;
     out["fallback_transfers"] = s.fallbackTransfers;

@@ -138,6 +138,27 @@ def test_size_zero_and_non_contiguous_raise_value_error():
         RDMABuffer("not memory")
 
 
+def test_memory_crown_cannot_reach_raises_value_error(holders):
+    # A tensor on a device other than the CPU and CUDA.
+    with pytest.raises(ValueError, match="meta"):
+        RDMABuffer(torch.empty(16, device="meta"))
+    # Memory said to be a CUDA tensor's that CUDA does not know as the
+    # device's (here: no GPU, or a build without CUDA) is refused before
+    # anything is registered or moved, never handed to MPI.
+    host = np.zeros(64, dtype=np.uint8)
+    registered = _crown.rdma_stats()["registered"]
+    with pytest.raises(ValueError, match="CUDA"):
+        _crown.RdmaHandle(host.ctypes.data, 64, False, True)
+    assert _crown.rdma_stats()["registered"] == registered
+    handle = one(holders, 1).publish.call_one("gpu-guard", 64, 2).get(timeout=30)
+    with pytest.raises(ValueError, match="CUDA"):
+        handle._handle.read_into(host.ctypes.data, 64, 10.0, True)
+    with pytest.raises(ValueError, match="CUDA"):
+        handle._handle.write_from(host.ctypes.data, 64, 10.0, True)
+    assert not host.any()
+    assert isinstance(_crown.rdma_stats()["device_memory"], bool)
+
+
 def test_a_too_small_destination_raises_before_anything_moves(holders):
     handle = one(holders, 1).publish.call_one("s", 4096, 3).get(timeout=30)
     small = np.full(4095, 0xAB, dtype=np.uint8)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "crown/actor/proc.h"
 #include "crown/common/error.h"
 #include "crown/wire/serialize.h"
 
@@ -28,9 +29,10 @@ struct Grant {
   std::uint64_t bytes = 0;  // the registration's size: what the lease covers
   bool writable = false;
   std::string error;
+  bool staged = false;  // device memory behind a pinned mirror: each transfer Stages first
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& lease& bytes& writable& error;
+    archive& lease& bytes& writable& error& staged;
   }
 };
 
@@ -64,6 +66,35 @@ struct DropRegion {
   }
 };
 
+/// Reader -> owner, for a buffer staged through pinned host memory
+/// (device_memory.h): take the staging lock for a transfer of `bytes` bytes
+/// under `lease`, shared for a read (the owner then fills the mirror from
+/// the device) and exclusive for a write. The reply says the mirror is ready.
+struct Stage {
+  std::uint64_t lease = 0;
+  std::uint64_t bytes = 0;
+  bool write = false;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease& bytes& write;
+  }
+};
+
+/// Reader -> owner: the transfer under `lease` that Staged has moved its
+/// bytes (or given up): a write's are copied from the mirror to the device,
+/// then the staging lock is let go. `moved`: false when a write did not
+/// land whole in the mirror (then nothing goes to the device).
+struct Unstage {
+  std::uint64_t lease = 0;
+  std::uint64_t bytes = 0;
+  bool write = false;
+  bool moved = true;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& lease& bytes& write& moved;
+  }
+};
+
 /// The fallback: one chunk read or written over crown's fabric, under a lease.
 struct ReadChunk {
   std::uint64_t lease = 0;
@@ -83,5 +114,12 @@ struct WriteChunk {
     archive& lease& offset& data;
   }
 };
+
+/// Replies to a request that the raw agent took, with `value` as a
+/// handler's result of type T would be (so Proc::request<T> decodes it).
+template <class T>
+void replyWith(Proc& proc, const wire::Envelope& request, const T& value) {
+  proc.reply(request, wire::messageName<T>(), wire::toBytes(value));
+}
 
 }  // namespace crown::rdma::detail

@@ -17,13 +17,6 @@ namespace {
 
 constexpr std::size_t kRememberedIds = 4096;  // dropped ids whose reason an error can still name
 
-// Replies to a request that a raw agent took, with `value` as a handler's
-// result of type T would be (so Proc::request<T> decodes it).
-template <class T>
-void replyWith(Proc& proc, const wire::Envelope& request, const T& value) {
-  proc.reply(request, wire::messageName<T>(), wire::toBytes(value));
-}
-
 }  // namespace
 
 RdmaModule::RdmaModule(std::shared_ptr<Executor> pool) : pool_(std::move(pool)) {}
@@ -42,6 +35,7 @@ RdmaModule& RdmaModule::of(Proc& proc) {
 
 void RdmaModule::install(Proc& proc, SystemIds& ids) {
   proc_ = &proc;
+  device_ = deviceMemory();
   try {
     mpi_ = &proc.mpi();
   } catch (const Error&) {
@@ -74,14 +68,20 @@ void RdmaModule::onMessage(wire::Envelope envelope, wire::Bytes bytes) {
     } else if (type == wire::messageName<DropRegion>()) {
       dropLocal(wire::fromBytes<DropRegion>(bytes).id, "dropped");  // no wait for the detach
       if (request) replyWith(*proc_, envelope, crown::detail::Unit{});
+    } else if (type == wire::messageName<Stage>()) {
+      stage(envelope, wire::fromBytes<Stage>(bytes));
+    } else if (type == wire::messageName<Unstage>()) {
+      unstage(envelope, wire::fromBytes<Unstage>(bytes));
     } else if (type == wire::messageName<ReadChunk>()) {
       auto r = wire::fromBytes<ReadChunk>(bytes);
       const char* at = leased(r.lease, r.offset, r.bytes);
-      replyWith(*proc_, envelope, std::string(at, r.bytes));
+      std::string chunk(r.bytes, '\0');
+      copyMemory(chunk.data(), at, r.bytes);  // the buffer may be device memory
+      replyWith(*proc_, envelope, chunk);
     } else if (type == wire::messageName<WriteChunk>()) {
       auto w = wire::fromBytes<WriteChunk>(bytes);
       char* at = leased(w.lease, w.offset, w.data.size());
-      std::memcpy(at, w.data.data(), w.data.size());
+      copyMemory(at, w.data.data(), w.data.size());
       replyWith(*proc_, envelope, crown::detail::Unit{});
     } else {
       throw ProtocolError("the rdma agent takes no " + type);
@@ -115,13 +115,26 @@ Buffer RdmaModule::registerMemory(void* data, std::size_t bytes, bool readOnly) 
   region.address = reinterpret_cast<std::uint64_t>(base);
   if (const Actor* actor = Actor::current()) region.ownerActor = actor->id().local;
   if (MpiService* mpi = windowService()) {
+    // Device memory that MPI cannot move itself is exposed through a
+    // pinned mirror (staging.cpp); the window holds the mirror.
+    char* exposed = base;
+    if (device_ && device_->isDevice(base) && !mpi->cudaAware()) {
+      region.staging = static_cast<char*>(device_->allocateStaging(bytes));
+      exposed = region.staging;
+    }
     // The attach itself runs on the MPI service thread (THR-1), outside
     // mutex_, so the agent goes on answering meanwhile.
     std::lock_guard attachLock(attachMutex_);
-    auto key = std::make_pair(base, bytes);
+    auto key = std::make_pair(exposed, bytes);
     auto it = attachments_.find(key);
     if (it == attachments_.end()) {
-      std::uint64_t address = mpi->windowAttach(base, bytes);
+      std::uint64_t address = 0;
+      try {
+        address = mpi->windowAttach(exposed, bytes);
+      } catch (...) {
+        if (region.staging) device_->freeStaging(region.staging, bytes);
+        throw;
+      }
       it = attachments_.emplace(key, std::make_pair(address, 0)).first;
     }
     ++it->second.second;
@@ -199,16 +212,19 @@ void RdmaModule::finishRetired(std::unique_ptr<Region> region) {
     // transfer can be touching it.
     try {
       std::lock_guard attachLock(attachMutex_);
-      auto it = attachments_.find({region->base, region->bytes});
+      char* exposed = region->staging ? region->staging : region->base;
+      auto it = attachments_.find({exposed, region->bytes});
       if (it != attachments_.end() && --it->second.second == 0) {
         attachments_.erase(it);
-        mpi_->windowDetach(region->base);
+        mpi_->windowDetach(exposed);
       }
     } catch (...) {
       error = std::current_exception();
       log::get().warn("RDMA: detaching a dropped buffer failed");
     }
   }
+  // The mirror goes after its detach: nothing can read it any more.
+  if (region->staging && !error) device_->freeStaging(region->staging, region->bytes);
   for (auto& done : region->dropped) {
     if (error) {
       done->setError(error);
@@ -242,20 +258,26 @@ Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bo
   std::uint64_t lease = nextLease_++;
   leases_.emplace(lease, Lease{reader, id});
   ++region.leases;
-  return Grant{lease, region.bytes, !region.readOnly, ""};
+  return Grant{lease, region.bytes, !region.readOnly, "", region.staging != nullptr};
 }
 
 void RdmaModule::release(std::uint64_t lease) {
   std::unique_ptr<Region> retired;
+  std::vector<StageRequest> start;
   {
     std::lock_guard lock(mutex_);
     auto it = leases_.find(lease);
     if (it == leases_.end()) return;  // ended already (its reader was lost)
     std::uint64_t id = it->second.region;
+    if (auto region = regions_.find(id); region != regions_.end()) {
+      // A lost reader's staging holds end with its lease.
+      unlockStage(region->second, it->second, false, true, start);
+      --region->second.leases;
+    }
     leases_.erase(it);
-    if (auto region = regions_.find(id); region != regions_.end()) --region->second.leases;
     retired = retireIfIdle(id);
   }
+  startStages(std::move(start));
   finishRetired(std::move(retired));
 }
 
@@ -341,8 +363,10 @@ Stats RdmaModule::stats() const {
   Stats out;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [id, region] : regions_)
+    for (const auto& [id, region] : regions_) {
       if (!region.dropping) ++out.registered;
+      if (region.staging) ++out.staged;
+    }
     out.leases = leases_.size();
   }
   {
@@ -353,6 +377,7 @@ Stats RdmaModule::stats() const {
   out.attached = mpi_ ? mpi_->windowAttached() : 0;
   out.window = windowService() != nullptr;
   out.cudaAwareMpi = mpi_ && mpi_->cudaAware();
+  out.deviceMemory = device_ != nullptr;
   out.fallbackTransfers = fallbackTransfers_;
   return out;
 }

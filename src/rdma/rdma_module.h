@@ -20,6 +20,14 @@
 // when the owner revokes it (the buffer is being dropped) and no transfer
 // under it is running: then the reader releases it, and the owner detaches.
 //
+// Device memory (staging.cpp, crown/rdma/device_memory.h): without a
+// CUDA-aware MPI, a registered device buffer is exposed through a pinned
+// mirror, and each remote transfer of it takes the owner's staging lock
+// (Stage: shared for reads, which the owner fills from the device first;
+// exclusive for writes, which Unstage copies to the device), so a read
+// never sees half a write; a reader's own device memory goes through a
+// pinned bounce buffer.
+//
 // Thread-safe: regions and leases under mutex_.
 #pragma once
 
@@ -35,10 +43,13 @@
 #include "crown/actor/module.h"
 #include "crown/actor/mpi_service.h"
 #include "crown/rdma/buffer.h"
+#include "crown/rdma/device_memory.h"
 
 namespace crown::rdma::detail {
 
 struct Grant;
+struct Stage;
+struct Unstage;
 struct Deadline;  // transfer.cpp
 
 class RdmaModule final : public Proc::Module {
@@ -60,8 +71,13 @@ class RdmaModule final : public Proc::Module {
   Grant acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bool write);
   void release(std::uint64_t lease);
   /// The memory behind a live lease (for the fallback's chunks and for a
-  /// reader on the owner's own proc); throws BufferError when it is not one.
+  /// reader on the owner's own proc; device memory when the buffer is on a
+  /// device: copy with copyMemory); throws BufferError when it is not one.
   char* leased(std::uint64_t lease, std::uint64_t offset, std::uint64_t bytes);
+
+  // Owner side of staged device buffers (staging.cpp): the agent's answers.
+  void stage(const wire::Envelope& request, const Stage& stage);
+  void unstage(const wire::Envelope& request, const Unstage& unstage);
 
   // Reader side (transfer.cpp).
   Future<void> transfer(const Buffer& buffer, void* local, std::size_t bytes, bool write,
@@ -78,13 +94,23 @@ class RdmaModule final : public Proc::Module {
   std::uint64_t agentId() const { return agent_; }
 
  private:
+  struct StageRequest {  // a Stage: its request, to answer once the lock is taken
+    wire::Envelope request;
+    std::uint64_t lease = 0;
+    std::uint64_t bytes = 0;
+    bool write = false;
+  };
   struct Region {
     char* base = nullptr;
     std::size_t bytes = 0;
     std::uint64_t address = 0;
     std::uint64_t ownerActor = 0;
     bool readOnly = false;
-    bool attached = false;  // to the MPI window
+    bool attached = false;         // to the MPI window
+    char* staging = nullptr;       // device memory's pinned mirror in the window (else null)
+    std::size_t stageReaders = 0;  // the staging lock: transfers that Staged and not Unstaged
+    bool stageWriter = false;
+    std::deque<StageRequest> stageWaiting;  // Stages queued behind the lock, in arrival order
     std::size_t leases = 0;
     bool dropping = false;
     std::string dropReason;
@@ -93,7 +119,20 @@ class RdmaModule final : public Proc::Module {
   struct Lease {
     Rank reader = 0;
     std::uint64_t region = 0;
+    std::size_t stagedReads = 0;  // the staging lock held under this lease
+    bool stagedWrite = false;
   };
+  // Under mutex_: takes the staging lock for a Stage when it is free and
+  // none waits before it (true), else false; the hold is counted on its lease.
+  bool tryStage(Region& region, Lease& lease, bool write);
+  // Under mutex_: lets go of one hold of `lease` (a write's or a read's), and
+  // of all its holds when `all` (the lease ended), and moves the Stages
+  // queued behind them that may now start to `start`.
+  void unlockStage(Region& region, Lease& lease, bool write, bool all,
+                   std::vector<StageRequest>& start);
+  // Outside mutex_: fills each granted read's mirror from the device, on
+  // the pool, and answers every Stage in `start`.
+  void startStages(std::vector<StageRequest> start);
 
   // Under mutex_: takes `region` out of the table once its leases have
   // ended; returns what to finish outside the lock (detach, futures).
@@ -110,10 +149,12 @@ class RdmaModule final : public Proc::Module {
     std::size_t inFlight = 0;  // transfers under it not yet ended
     bool revoked = false;
     bool cached = false;  // the one later transfers of its buffer reuse
+    bool staged = false;  // its buffer is device memory behind a pinned mirror (Stage first)
   };
   using LeaseKey = std::pair<Rank, std::uint64_t>;  // (owner, lease): lease ids are the owner's
   /// A held lease that covers the transfer, its inFlight counted; 0: none.
-  std::uint64_t reuse(const Buffer& buffer, std::size_t bytes, bool write);
+  /// `staged`: whether its transfers Stage first.
+  std::uint64_t reuse(const Buffer& buffer, std::size_t bytes, bool write, bool& staged);
   /// A lease just granted, held with one transfer under it.
   void hold(const Buffer& buffer, const Grant& grant);
   /// A transfer under `lease` ended: releases the lease when it was revoked meanwhile.
@@ -122,14 +163,33 @@ class RdmaModule final : public Proc::Module {
   void sendRevoke(Rank reader, std::uint64_t lease);
 
   // Reader side helpers (transfer.cpp).
-  void moveBytes(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
-                 bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
+  void moveBytes(const Buffer& buffer, std::uint64_t lease, bool staged, char* local,
+                 std::size_t bytes, bool write,
+                 std::shared_ptr<crown::detail::FutureState<void>> user,
                  std::shared_ptr<Deadline> deadline);
+  /// MPI_Rget/MPI_Rput on the window; local device memory through a pinned
+  /// bounce buffer unless MPI is CUDA-aware. Completes once MPI (and the
+  /// bounce copy) let go of `local`.
+  Future<void> windowMove(MpiService& mpi, Rank owner, std::uint64_t address, char* local,
+                          std::size_t bytes, bool write, std::shared_ptr<std::atomic<bool>> stop);
+  /// The end of a window transfer with `outcome` (null: it moved): an MPI
+  /// refusal moves it over the fabric instead; else the lease goes back and
+  /// the caller hears.
+  void settle(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes, bool write,
+              std::shared_ptr<crown::detail::FutureState<void>> user,
+              std::shared_ptr<Deadline> deadline, std::function<void()> release,
+              std::exception_ptr outcome);
+  /// Reader side of a staged buffer (staging.cpp): Stage, move, Unstage.
+  void stagedMove(MpiService& mpi, const Buffer& buffer, std::uint64_t lease, char* local,
+                  std::size_t bytes, bool write,
+                  std::shared_ptr<crown::detail::FutureState<void>> user,
+                  std::shared_ptr<Deadline> deadline, std::function<void()> release);
   void fallback(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
                 bool write, std::shared_ptr<crown::detail::FutureState<void>> user,
                 std::shared_ptr<Deadline> deadline, std::function<void()> release);
 
   std::shared_ptr<Executor> pool_;
+  std::shared_ptr<DeviceMemory> device_;  // null: every pointer is host memory
   Proc* proc_ = nullptr;
   MpiService* mpi_ = nullptr;  // null where the proc has none (simulated procs)
   std::uint64_t agent_ = 0;

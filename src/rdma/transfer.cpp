@@ -4,6 +4,10 @@
 // by memcpy when the owner is this proc, or in chunks over crown's own
 // fabric where one-sided MPI is not available or fails (the fallback).
 //
+// Memory on a device (crown/rdma/device_memory.h) is copied with the
+// device's copy wherever crown copies it itself; MPI gets it straight only
+// when it is CUDA-aware, else through pinned memory (staging.cpp).
+//
 // Threads: the grant's continuation runs on the pool thread that read the
 // reply; the window's on the MPI service thread, which must never wait, so
 // the Release (a send, which may wait on flow control) is posted to the pool.
@@ -12,6 +16,7 @@
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/common/trace.h"
+#include "rdma/deadline.h"
 #include "rdma/messages.h"
 #include "rdma/rdma_module.h"
 
@@ -40,31 +45,6 @@ void traceTransfer(Rank here, const Buffer& buffer, std::size_t bytes, bool writ
 }
 
 }  // namespace
-
-// A transfer's deadline. The future completes only once MPI (or the
-// fallback) has let go of the caller's memory, so that memory may be freed
-// as soon as the future is done, even after a timeout: a deadline that
-// passes before any byte moves fails the future at once; one that passes
-// while chunks are in flight stops further chunks, and the future fails
-// with the Timeout when those in flight have landed (a few chunks' time).
-struct Deadline {
-  enum Phase { kAcquiring, kMoving, kExpired };
-  std::shared_ptr<std::atomic<bool>> stop = std::make_shared<std::atomic<bool>>(false);
-  std::atomic<int> phase{kAcquiring};
-  std::exception_ptr error;  // the Timeout, made up front
-
-  /// Moving begins; false when the deadline passed first (end the transfer).
-  bool begin() {
-    int acquiring = kAcquiring;
-    return phase.compare_exchange_strong(acquiring, kMoving) || phase == kMoving;
-  }
-  /// The transfer has let go of the memory: its outcome.
-  void finish(UserState& user, std::exception_ptr failure) const {
-    if (failure) return user.setError(std::move(failure));
-    if (stop->load()) return user.setError(error);  // stopped early: not every byte moved
-    user.setValue({});
-  }
-};
 
 Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t bytes, bool write,
                                   std::chrono::milliseconds timeout) {
@@ -101,8 +81,9 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
   char* mine = static_cast<char*>(local);
   // The steady state: a lease held from an earlier transfer of this buffer,
   // no message at all.
-  if (std::uint64_t lease = reuse(buffer, n, write)) {
-    moveBytes(buffer, lease, mine, n, write, user, deadline);
+  bool staged = false;
+  if (std::uint64_t lease = reuse(buffer, n, write, staged)) {
+    moveBytes(buffer, lease, staged, mine, n, write, user, deadline);
     return Future<void>(user);
   }
   Acquire acquire{buffer.id(), n, write, proc_->rank()};
@@ -117,12 +98,12 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     if (granted.lease == 0)
       return user->setError(std::make_exception_ptr(BufferError(granted.error)));
     hold(buffer, granted);
-    moveBytes(buffer, granted.lease, mine, n, write, user, deadline);
+    moveBytes(buffer, granted.lease, granted.staged, mine, n, write, user, deadline);
   });
   return Future<void>(user);
 }
 
-std::uint64_t RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write) {
+std::uint64_t RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write, bool& staged) {
   std::lock_guard lock(heldMutex_);
   auto it = cached_.find({buffer.owner(), buffer.id()});
   if (it == cached_.end()) return 0;
@@ -130,12 +111,13 @@ std::uint64_t RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool wr
   if (held.revoked || bytes > held.bytes || (write && !held.writable)) return 0;
   ++held.inFlight;
   ++inFlight_;
+  staged = held.staged;
   return it->second;
 }
 
 void RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
   std::lock_guard lock(heldMutex_);
-  Held held{buffer.id(), grant.bytes, grant.writable, 1, false, false};
+  Held held{buffer.id(), grant.bytes, grant.writable, 1, false, false, grant.staged};
   // Two first transfers may race for a lease: the first one kept is reused,
   // the other ends with its transfer.
   held.cached = cached_.emplace(std::make_pair(buffer.owner(), buffer.id()), grant.lease).second;
@@ -193,11 +175,16 @@ void RdmaModule::sendRelease(Rank owner, std::uint64_t lease) {
   });
 }
 
-void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* local,
+void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, bool staged, char* local,
                            std::size_t bytes, bool write, std::shared_ptr<UserState> user,
                            std::shared_ptr<Deadline> deadline) {
   Rank owner = buffer.owner();
   auto release = [this, owner, lease] { endTransfer(owner, lease); };
+  MpiService* mpi = owner == proc_->rank() ? nullptr : windowService();
+  // A staged buffer's lock is awaited before the deadline's moving phase
+  // begins: a transfer still waiting for it when the deadline passes fails.
+  if (mpi && staged)
+    return stagedMove(*mpi, buffer, lease, local, bytes, write, user, deadline, release);
   if (!deadline->begin()) return release();  // timed out while the grant was on its way
   if (owner == proc_->rank()) {
     // Our own memory: no MPI, a copy under the lease.
@@ -208,9 +195,9 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
     try {
       char* memory = leased(lease, 0, bytes);
       if (write) {
-        std::memcpy(memory, local, bytes);
+        copyMemory(memory, local, bytes);
       } else {
-        std::memcpy(local, memory, bytes);
+        copyMemory(local, memory, bytes);
       }
     } catch (...) {
       release();
@@ -219,7 +206,6 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
     release();
     return user->setValue({});
   }
-  MpiService* mpi = windowService();
   if (!mpi) {
     if (!warnedFallback_.exchange(true)) {
       log::get().warn(
@@ -230,34 +216,79 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, char* loca
     return fallback(buffer, lease, local, bytes, write, user, deadline, release);
   }
   std::int64_t started = trace::on() ? trace::now() : 0;
-  auto moved = write ? mpi->windowPut(owner, buffer.address(), local, bytes, deadline->stop)
-                     : mpi->windowGet(owner, buffer.address(), local, bytes, deadline->stop);
-  moved.then(
-      [this, buffer, lease, local, bytes, write, user, deadline, release,
-       started](Future<void> done) {
+  windowMove(*mpi, owner, buffer.address(), local, bytes, write, deadline->stop)
+      .then([this, buffer, lease, local, bytes, write, user, deadline, release,
+             started](Future<void> done) {
         if (started != 0) traceTransfer(proc_->rank(), buffer, bytes, write, started);
-        // The lease goes first (the owner may detach once the last one ends),
-        // then the caller hears: its memory is free from here on.
-        std::exception_ptr failure;
+        std::exception_ptr outcome;
         try {
           done.get();
-        } catch (const ProcessLost&) {
-          // SupervisionError in Python. The lease died with its owner: the end
-          // only counts the transfer out (peerLost forgets the lease).
-          failure = std::current_exception();
-        } catch (const BootstrapError& e) {
-          // MPI refused the one-sided transfer: this one goes over the fabric.
-          log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
-                          buffer.describe(), e.what());
-          return pool_->post([this, buffer, lease, local, bytes, write, user, deadline, release] {
-            fallback(buffer, lease, local, bytes, write, user, deadline, release);
-          });
         } catch (...) {
-          failure = std::current_exception();
+          outcome = std::current_exception();
         }
-        release();
-        deadline->finish(*user, failure);
+        settle(buffer, lease, local, bytes, write, user, deadline, release, outcome);
       });
+}
+
+Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, std::uint64_t address, char* local,
+                                    std::size_t bytes, bool write,
+                                    std::shared_ptr<std::atomic<bool>> stop) {
+  if (!device_ || mpi.cudaAware() || !device_->isDevice(local)) {
+    return write ? mpi.windowPut(owner, address, local, bytes, stop)
+                 : mpi.windowGet(owner, address, local, bytes, stop);
+  }
+  // Device memory that MPI cannot move: through a pinned bounce buffer,
+  // freed only once MPI has let go of it.
+  auto bounce =
+      std::shared_ptr<char>(static_cast<char*>(device_->allocateStaging(bytes)),
+                            [device = device_, bytes](char* p) { device->freeStaging(p, bytes); });
+  if (write) {
+    device_->copy(bounce.get(), local, bytes);
+    // The continuation holds the bounce buffer until MPI is done with it.
+    return mpi.windowPut(owner, address, bounce.get(), bytes, stop)
+        .then([bounce](Future<void> put) { put.get(); });
+  }
+  auto landed = std::make_shared<UserState>();
+  mpi.windowGet(owner, address, bounce.get(), bytes, stop)
+      .then([this, bounce, local, bytes, landed](Future<void> got) {
+        // Off the MPI service thread: a copy of many MiB must not hold it.
+        pool_->post([this, bounce, local, bytes, landed, got]() mutable {
+          try {
+            got.get();
+            device_->copy(local, bounce.get(), bytes);
+          } catch (...) {
+            return landed->setError(std::current_exception());
+          }
+          landed->setValue({});
+        });
+      });
+  return Future<void>(landed);
+}
+
+void RdmaModule::settle(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
+                        bool write, std::shared_ptr<UserState> user,
+                        std::shared_ptr<Deadline> deadline, std::function<void()> release,
+                        std::exception_ptr outcome) {
+  // The lease goes first (the owner may detach once the last one ends),
+  // then the caller hears: its memory is free from here on.
+  if (outcome) {
+    try {
+      std::rethrow_exception(outcome);
+    } catch (const ProcessLost&) {
+      // SupervisionError in Python. The lease died with its owner: the end
+      // only counts the transfer out (peerLost forgets the lease).
+    } catch (const BootstrapError& e) {
+      // MPI refused the one-sided transfer: this one goes over the fabric.
+      log::get().warn("RDMA: {} failed ({}); moving it over crown's own fabric instead",
+                      buffer.describe(), e.what());
+      return pool_->post([this, buffer, lease, local, bytes, write, user, deadline, release] {
+        fallback(buffer, lease, local, bytes, write, user, deadline, release);
+      });
+    } catch (...) {
+    }
+  }
+  release();
+  deadline->finish(*user, outcome);
 }
 
 void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,
@@ -293,7 +324,13 @@ void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local
       self->run(offset + n);
     };
     if (write) {
-      WriteChunk chunk{lease, offset, std::string(local + offset, n)};
+      WriteChunk chunk{lease, offset, std::string(n, '\0')};
+      try {
+        copyMemory(chunk.data.data(), local + offset, n);  // local may be device memory
+      } catch (...) {
+        release();
+        return deadline->finish(*user, std::current_exception());
+      }
       proc_->request<void>(agent, chunk).then([next](Future<void> reply) {
         next(reply, [](Future<void>& f) { f.get(); });
       });
@@ -303,7 +340,7 @@ void RdmaModule::fallback(const Buffer& buffer, std::uint64_t lease, char* local
             next(reply, [&](Future<std::string>& f) {
               std::string data = f.get();
               if (data.size() != n) throw ProtocolError("RDMA: a short chunk from the owner");
-              std::memcpy(local + offset, data.data(), n);
+              copyMemory(local + offset, data.data(), n);
             });
           });
     }

@@ -41,7 +41,9 @@ class Buffer {
 
   /// Registers `bytes` bytes at `data` with this thread's proc
   /// (Proc::current()); the running actor, if any, owns it, and its
-  /// stopping drops it. `readOnly`: writeFrom is refused. The memory must
+  /// stopping drops it. `data` may be device memory that the registered
+  /// DeviceMemory knows (a CUDA build: GPU memory; device_memory.h says how
+  /// it moves), and so may the local memory of readInto and writeFrom. `readOnly`: writeFrom is refused. The memory must
   /// stay valid until drop()'s future completes: an actor that registers
   /// its own members and lets its stopping drop them must drop() them and
   /// wait in its destructor (a transfer may still be running as it stops).
@@ -117,7 +119,9 @@ struct Stats {
   std::size_t inFlight = 0;    ///< reader side: transfers started here and not yet ended
   std::size_t attached = 0;    ///< regions attached to the MPI window (the whole process)
   bool window = false;         ///< one-sided MPI is in use (false: the fabric fallback)
-  bool cudaAwareMpi = false;   ///< MPI can move GPU memory (registering it is not built yet)
+  bool cudaAwareMpi = false;   ///< MPI moves GPU memory itself (else it is staged: docs/rdma.md)
+  bool deviceMemory = false;   ///< this build can register device memory (device_memory.h)
+  std::size_t staged = 0;      ///< registrations of device memory behind a pinned mirror
   std::uint64_t fallbackTransfers = 0;  ///< transfers made over crown's fabric
 };
 Stats stats(Proc& proc);
