@@ -152,6 +152,7 @@ void bindRdma(py::module_& m) {
     out["held"] = s.held;
     out["in_flight"] = s.inFlight;
     out["fallback_transfers"] = s.fallbackTransfers;
+    out["single_copy_transfers"] = s.singleCopyTransfers;
     return out;
   });
 }

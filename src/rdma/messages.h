@@ -30,11 +30,22 @@ struct Grant {
   bool writable = false;
   std::string error;
   bool staged = false;  // device memory behind a pinned mirror: each transfer Stages first
+  // Where the owner runs (cma.h's machineId) and its pid, when the memory
+  // the window exposes is host memory: a reader on the same machine copies
+  // it with process_vm_readv/writev itself. pid 0: never.
+  std::string machine;
+  std::int32_t pid = 0;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& lease& bytes& writable& error& staged;
+    archive& lease& bytes& writable& error& staged& machine& pid;
   }
 };
+
+inline Grant refusal(std::string why) {
+  Grant grant;
+  grant.error = std::move(why);
+  return grant;
+}
 
 /// Owner -> reader, one way: the registration under `lease` is being
 /// dropped; start nothing more under it, and Release it once the transfers

@@ -3,12 +3,15 @@
 // proc's stop).
 #include "rdma/rdma_module.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "crown/actor/actor.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/rdma/module.h"
+#include "rdma/cma.h"
 #include "rdma/messages.h"
 
 namespace crown::rdma {
@@ -19,7 +22,8 @@ constexpr std::size_t kRememberedIds = 4096;  // dropped ids whose reason an err
 
 }  // namespace
 
-RdmaModule::RdmaModule(std::shared_ptr<Executor> pool) : pool_(std::move(pool)) {}
+RdmaModule::RdmaModule(std::shared_ptr<Executor> pool)
+    : pool_(std::move(pool)), deadlines_(std::make_shared<DeadlineQueue>(pool_)) {}
 
 RdmaModule::~RdmaModule() = default;
 
@@ -42,6 +46,7 @@ void RdmaModule::install(Proc& proc, SystemIds& ids) {
     mpi_ = nullptr;  // a simulated proc: the fallback only
   }
   windowWanted_ = env::integer("CROWN_RDMA_WINDOW", 1, 0, 1) != 0;
+  singleCopy_ = env::choice("CROWN_RDMA_SAME_HOST", "cma", {"cma", "mpi"}) == "cma";
   agent_ = ids.claim();
   // A raw agent, not an actor: its messages are neither numbered (ORD-1)
   // nor counted against a mailbox (FLO-1), so a reader's Release, sent from
@@ -114,12 +119,14 @@ Buffer RdmaModule::registerMemory(void* data, std::size_t bytes, bool readOnly) 
   region.readOnly = readOnly;
   region.address = reinterpret_cast<std::uint64_t>(base);
   if (const Actor* actor = Actor::current()) region.ownerActor = actor->id().local;
+  region.exposedOnHost = !(device_ && device_->isDevice(base));
   if (MpiService* mpi = windowService()) {
     // Device memory that MPI cannot move itself is exposed through a
     // pinned mirror (staging.cpp); the window holds the mirror.
     char* exposed = base;
-    if (device_ && device_->isDevice(base) && !mpi->cudaAware()) {
+    if (!region.exposedOnHost && !mpi->cudaAware()) {
       region.staging = static_cast<char*>(device_->allocateStaging(bytes));
+      region.exposedOnHost = true;
       exposed = region.staging;
     }
     // The attach itself runs on the MPI service thread (THR-1), outside
@@ -246,19 +253,27 @@ Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bo
       auto gone = gone_.find(id);
       why = gone != gone_.end() ? gone->second : "dropped";
     }
-    return Grant{0, 0, false, named() + " was " + why + ": it can no longer be read or written"};
+    return refusal(named() + " was " + why + ": it can no longer be read or written");
   }
   Region& region = it->second;
   if (bytes > region.bytes) {
-    return Grant{0, 0, false,
-                 named() + " holds " + std::to_string(region.bytes) + " bytes, not " +
-                     std::to_string(bytes)};
+    return refusal(named() + " holds " + std::to_string(region.bytes) + " bytes, not " +
+                   std::to_string(bytes));
   }
-  if (write && region.readOnly) return Grant{0, 0, false, named() + " is read-only"};
+  if (write && region.readOnly) return refusal(named() + " is read-only");
   std::uint64_t lease = nextLease_++;
   leases_.emplace(lease, Lease{reader, id});
   ++region.leases;
-  return Grant{lease, region.bytes, !region.readOnly, "", region.staging != nullptr};
+  Grant grant;
+  grant.lease = lease;
+  grant.bytes = region.bytes;
+  grant.writable = !region.readOnly;
+  grant.staged = region.staging != nullptr;
+  if (region.exposedOnHost) {
+    grant.machine = machineId();
+    grant.pid = static_cast<std::int32_t>(::getpid());
+  }
+  return grant;
 }
 
 void RdmaModule::release(std::uint64_t lease) {
@@ -379,6 +394,8 @@ Stats RdmaModule::stats() const {
   out.cudaAwareMpi = mpi_ && mpi_->cudaAware();
   out.deviceMemory = device_ != nullptr;
   out.fallbackTransfers = fallbackTransfers_;
+  out.singleCopyTransfers = singleCopyTransfers_;
+  out.deadlines = deadlines_->size();
   return out;
 }
 

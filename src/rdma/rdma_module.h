@@ -20,6 +20,11 @@
 // when the owner revokes it (the buffer is being dropped) and no transfer
 // under it is running: then the reader releases it, and the owner detaches.
 //
+// Owners on this machine (cma.h): the reader copies with process_vm_readv
+// or process_vm_writev from its own thread, under the lease, with no hop
+// through the MPI service thread (CROWN_RDMA_SAME_HOST=cma, the default;
+// =mpi keeps MPI_Rget/MPI_Rput); where the kernel refuses, MPI moves it.
+//
 // Device memory (staging.cpp, crown/rdma/device_memory.h): without a
 // CUDA-aware MPI, a registered device buffer is exposed through a pinned
 // mirror, and each remote transfer of it takes the owner's staging lock
@@ -36,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +50,7 @@
 #include "crown/actor/mpi_service.h"
 #include "crown/rdma/buffer.h"
 #include "crown/rdma/device_memory.h"
+#include "rdma/deadline_queue.h"
 
 namespace crown::rdma::detail {
 
@@ -108,6 +115,7 @@ class RdmaModule final : public Proc::Module {
     bool readOnly = false;
     bool attached = false;         // to the MPI window
     char* staging = nullptr;       // device memory's pinned mirror in the window (else null)
+    bool exposedOnHost = true;     // the window exposes host memory (a single copy may reach it)
     std::size_t stageReaders = 0;  // the staging lock: transfers that Staged and not Unstaged
     bool stageWriter = false;
     std::deque<StageRequest> stageWaiting;  // Stages queued behind the lock, in arrival order
@@ -150,28 +158,41 @@ class RdmaModule final : public Proc::Module {
     bool revoked = false;
     bool cached = false;  // the one later transfers of its buffer reuse
     bool staged = false;  // its buffer is device memory behind a pinned mirror (Stage first)
+    int pid = 0;          // the owner's pid when it runs on this machine (single copy), else 0
+  };
+  /// How the transfers under a held lease go.
+  struct Route {
+    std::uint64_t lease = 0;  // 0: no lease held covers the transfer
+    bool staged = false;
+    int pid = 0;
   };
   using LeaseKey = std::pair<Rank, std::uint64_t>;  // (owner, lease): lease ids are the owner's
   /// A held lease that covers the transfer, its inFlight counted; 0: none.
   /// `staged`: whether its transfers Stage first.
-  std::uint64_t reuse(const Buffer& buffer, std::size_t bytes, bool write, bool& staged);
+  Route reuse(const Buffer& buffer, std::size_t bytes, bool write);
   /// A lease just granted, held with one transfer under it.
-  void hold(const Buffer& buffer, const Grant& grant);
+  Route hold(const Buffer& buffer, const Grant& grant);
   /// A transfer under `lease` ended: releases the lease when it was revoked meanwhile.
   void endTransfer(Rank owner, std::uint64_t lease);
   void sendRelease(Rank owner, std::uint64_t lease);
   void sendRevoke(Rank reader, std::uint64_t lease);
 
   // Reader side helpers (transfer.cpp).
-  void moveBytes(const Buffer& buffer, std::uint64_t lease, bool staged, char* local,
-                 std::size_t bytes, bool write,
+  void moveBytes(const Buffer& buffer, Route route, char* local, std::size_t bytes, bool write,
                  std::shared_ptr<crown::detail::FutureState<void>> user,
                  std::shared_ptr<Deadline> deadline);
-  /// MPI_Rget/MPI_Rput on the window; local device memory through a pinned
-  /// bounce buffer unless MPI is CUDA-aware. Completes once MPI (and the
-  /// bounce copy) let go of `local`.
-  Future<void> windowMove(MpiService& mpi, Rank owner, std::uint64_t address, char* local,
+  /// The bytes to or from the owner's memory at `address`: local device
+  /// memory through a pinned bounce buffer unless MPI is CUDA-aware and
+  /// moves it; then hostMove. Completes once `local` is let go of.
+  Future<void> windowMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address, char* local,
                           std::size_t bytes, bool write, std::shared_ptr<std::atomic<bool>> stop);
+  /// A single copy when `pid` names the owner on this machine (on this
+  /// thread up to kInlineCopyBytes, else on the pool), else (or where the
+  /// kernel refuses) MPI_Rget/MPI_Rput on the window.
+  Future<void> hostMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address, char* local,
+                        std::size_t bytes, bool write, std::shared_ptr<std::atomic<bool>> stop);
+  /// The kernel refused a single copy to `owner`: MPI moves its bytes from now on.
+  void refuseCma(Rank owner);
   /// The end of a window transfer with `outcome` (null: it moved): an MPI
   /// refusal moves it over the fabric instead; else the lease goes back and
   /// the caller hears.
@@ -180,7 +201,7 @@ class RdmaModule final : public Proc::Module {
               std::shared_ptr<Deadline> deadline, std::function<void()> release,
               std::exception_ptr outcome);
   /// Reader side of a staged buffer (staging.cpp): Stage, move, Unstage.
-  void stagedMove(MpiService& mpi, const Buffer& buffer, std::uint64_t lease, char* local,
+  void stagedMove(MpiService& mpi, const Buffer& buffer, Route route, char* local,
                   std::size_t bytes, bool write,
                   std::shared_ptr<crown::detail::FutureState<void>> user,
                   std::shared_ptr<Deadline> deadline, std::function<void()> release);
@@ -189,7 +210,10 @@ class RdmaModule final : public Proc::Module {
                 std::shared_ptr<Deadline> deadline, std::function<void()> release);
 
   std::shared_ptr<Executor> pool_;
-  std::shared_ptr<DeviceMemory> device_;  // null: every pointer is host memory
+  std::shared_ptr<DeviceMemory> device_;      // null: every pointer is host memory
+  std::shared_ptr<DeadlineQueue> deadlines_;  // the transfers' timeouts
+  bool singleCopy_ = true;                    // CROWN_RDMA_SAME_HOST=cma
+  std::atomic<std::uint64_t> singleCopyTransfers_{0};
   Proc* proc_ = nullptr;
   MpiService* mpi_ = nullptr;  // null where the proc has none (simulated procs)
   std::uint64_t agent_ = 0;
@@ -213,6 +237,7 @@ class RdmaModule final : public Proc::Module {
   mutable std::mutex heldMutex_;  // held_, cached_, inFlight_ (never taken with mutex_)
   std::map<LeaseKey, Held> held_;
   std::map<std::pair<Rank, std::uint64_t>, std::uint64_t> cached_;  // (owner, region id) -> lease
+  std::set<Rank> cmaRefused_;  // owners the kernel would not let this process copy from
   std::size_t inFlight_ = 0;
   std::atomic<bool> warnedFallback_{false};
 };

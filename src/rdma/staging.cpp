@@ -187,13 +187,15 @@ void RdmaModule::unstage(const wire::Envelope& request, const Unstage& unstage) 
   });
 }
 
-void RdmaModule::stagedMove(MpiService& mpi, const Buffer& buffer, std::uint64_t lease, char* local,
+void RdmaModule::stagedMove(MpiService& mpi, const Buffer& buffer, Route route, char* local,
                             std::size_t bytes, bool write, std::shared_ptr<UserState> user,
                             std::shared_ptr<Deadline> deadline, std::function<void()> release) {
   ActorId agent{buffer.owner(), agent_};
   MpiService* window = &mpi;
+  std::uint64_t lease = route.lease;
+  int pid = route.pid;
   proc_->request<void>(agent, Stage{lease, bytes, write})
-      .then([this, window, buffer, lease, local, bytes, write, user, deadline, release,
+      .then([this, window, buffer, lease, pid, local, bytes, write, user, deadline, release,
              agent](Future<void> staged) {
         if (auto failure = errorOf(staged)) {  // nothing held: nothing to Unstage
           release();
@@ -209,7 +211,8 @@ void RdmaModule::stagedMove(MpiService& mpi, const Buffer& buffer, std::uint64_t
         if (!deadline->begin()) {  // the deadline passed while the lock was awaited
           return unstageThen(false, [release](Future<void>) { release(); });
         }
-        windowMove(*window, buffer.owner(), buffer.address(), local, bytes, write, deadline->stop)
+        windowMove(*window, buffer.owner(), pid, buffer.address(), local, bytes, write,
+                   deadline->stop)
             .then([this, buffer, lease, local, bytes, write, user, deadline, release,
                    unstageThen](Future<void> moved) {
               std::exception_ptr outcome = errorOf(moved);

@@ -16,6 +16,7 @@
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/common/trace.h"
+#include "rdma/cma.h"
 #include "rdma/deadline.h"
 #include "rdma/messages.h"
 #include "rdma/rdma_module.h"
@@ -24,6 +25,12 @@ namespace crown::rdma::detail {
 namespace {
 
 using UserState = crown::detail::FutureState<void>;
+
+// A single copy (cma.h) up to this size runs on the thread that asked;
+// larger ones on the pool. It moves in pieces of kCopyChunkBytes, between
+// which a transfer whose deadline passed stops.
+constexpr std::size_t kInlineCopyBytes = 4 << 20;
+constexpr std::size_t kCopyChunkBytes = 8 << 20;
 
 std::size_t fallbackChunk() {
   static const std::size_t bytes = static_cast<std::size_t>(
@@ -70,7 +77,7 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
   std::string what = std::string(write ? "write_from " : "read_into ") + buffer.describe();
   deadline->error = std::make_exception_ptr(
       Timeout(what + ": not done within " + std::to_string(timeout.count()) + " ms"));
-  pool_->after(timeout, [user, deadline] {
+  auto token = deadlines_->add(timeout, [user, deadline] {
     if (user->ready()) return;
     deadline->stop->store(true);  // no new chunk; the buffer stays usable
     int acquiring = Deadline::kAcquiring;
@@ -78,12 +85,12 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
       user->setError(deadline->error);  // nothing moves yet: fail now
     }
   });
+  user->onReady([deadlines = deadlines_, token] { deadlines->cancel(token); });
   char* mine = static_cast<char*>(local);
   // The steady state: a lease held from an earlier transfer of this buffer,
   // no message at all.
-  bool staged = false;
-  if (std::uint64_t lease = reuse(buffer, n, write, staged)) {
-    moveBytes(buffer, lease, staged, mine, n, write, user, deadline);
+  if (Route route = reuse(buffer, n, write); route.lease != 0) {
+    moveBytes(buffer, route, mine, n, write, user, deadline);
     return Future<void>(user);
   }
   Acquire acquire{buffer.id(), n, write, proc_->rank()};
@@ -97,32 +104,37 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     }
     if (granted.lease == 0)
       return user->setError(std::make_exception_ptr(BufferError(granted.error)));
-    hold(buffer, granted);
-    moveBytes(buffer, granted.lease, granted.staged, mine, n, write, user, deadline);
+    moveBytes(buffer, hold(buffer, granted), mine, n, write, user, deadline);
   });
   return Future<void>(user);
 }
 
-std::uint64_t RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write, bool& staged) {
+RdmaModule::Route RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write) {
   std::lock_guard lock(heldMutex_);
   auto it = cached_.find({buffer.owner(), buffer.id()});
-  if (it == cached_.end()) return 0;
+  if (it == cached_.end()) return {};
   Held& held = held_.at({buffer.owner(), it->second});
-  if (held.revoked || bytes > held.bytes || (write && !held.writable)) return 0;
+  if (held.revoked || bytes > held.bytes || (write && !held.writable)) return {};
   ++held.inFlight;
   ++inFlight_;
-  staged = held.staged;
-  return it->second;
+  return Route{it->second, held.staged, cmaRefused_.contains(buffer.owner()) ? 0 : held.pid};
 }
 
-void RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
+RdmaModule::Route RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
+  // A single copy reaches the owner's memory by pid only in the same pid
+  // namespace of the same machine (a host name alone could be another
+  // container's).
+  bool here =
+      singleCopy_ && grant.pid > 0 && !grant.machine.empty() && grant.machine == machineId();
   std::lock_guard lock(heldMutex_);
-  Held held{buffer.id(), grant.bytes, grant.writable, 1, false, false, grant.staged};
+  Held held{buffer.id(), grant.bytes, grant.writable, 1,
+            false,       false,       grant.staged,   here ? grant.pid : 0};
   // Two first transfers may race for a lease: the first one kept is reused,
   // the other ends with its transfer.
   held.cached = cached_.emplace(std::make_pair(buffer.owner(), buffer.id()), grant.lease).second;
   held_.emplace(LeaseKey{buffer.owner(), grant.lease}, held);
   ++inFlight_;
+  return Route{grant.lease, held.staged, cmaRefused_.contains(buffer.owner()) ? 0 : held.pid};
 }
 
 void RdmaModule::endTransfer(Rank owner, std::uint64_t lease) {
@@ -175,16 +187,17 @@ void RdmaModule::sendRelease(Rank owner, std::uint64_t lease) {
   });
 }
 
-void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, bool staged, char* local,
-                           std::size_t bytes, bool write, std::shared_ptr<UserState> user,
+void RdmaModule::moveBytes(const Buffer& buffer, Route route, char* local, std::size_t bytes,
+                           bool write, std::shared_ptr<UserState> user,
                            std::shared_ptr<Deadline> deadline) {
   Rank owner = buffer.owner();
+  std::uint64_t lease = route.lease;
   auto release = [this, owner, lease] { endTransfer(owner, lease); };
   MpiService* mpi = owner == proc_->rank() ? nullptr : windowService();
   // A staged buffer's lock is awaited before the deadline's moving phase
   // begins: a transfer still waiting for it when the deadline passes fails.
-  if (mpi && staged)
-    return stagedMove(*mpi, buffer, lease, local, bytes, write, user, deadline, release);
+  if (mpi && route.staged)
+    return stagedMove(*mpi, buffer, route, local, bytes, write, user, deadline, release);
   if (!deadline->begin()) return release();  // timed out while the grant was on its way
   if (owner == proc_->rank()) {
     // Our own memory: no MPI, a copy under the lease.
@@ -216,7 +229,7 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, bool stage
     return fallback(buffer, lease, local, bytes, write, user, deadline, release);
   }
   std::int64_t started = trace::on() ? trace::now() : 0;
-  windowMove(*mpi, owner, buffer.address(), local, bytes, write, deadline->stop)
+  windowMove(*mpi, owner, route.pid, buffer.address(), local, bytes, write, deadline->stop)
       .then([this, buffer, lease, local, bytes, write, user, deadline, release,
              started](Future<void> done) {
         if (started != 0) traceTransfer(proc_->rank(), buffer, bytes, write, started);
@@ -230,26 +243,26 @@ void RdmaModule::moveBytes(const Buffer& buffer, std::uint64_t lease, bool stage
       });
 }
 
-Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, std::uint64_t address, char* local,
-                                    std::size_t bytes, bool write,
+Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address,
+                                    char* local, std::size_t bytes, bool write,
                                     std::shared_ptr<std::atomic<bool>> stop) {
-  if (!device_ || mpi.cudaAware() || !device_->isDevice(local)) {
-    return write ? mpi.windowPut(owner, address, local, bytes, stop)
-                 : mpi.windowGet(owner, address, local, bytes, stop);
+  bool direct = pid == 0 && mpi.cudaAware();  // MPI moves device memory itself
+  if (direct || !device_ || !device_->isDevice(local)) {
+    return hostMove(mpi, owner, pid, address, local, bytes, write, stop);
   }
-  // Device memory that MPI cannot move: through a pinned bounce buffer,
-  // freed only once MPI has let go of it.
+  // Local device memory that neither MPI nor a single copy can reach:
+  // through a pinned bounce buffer, freed once the move has let go of it.
   auto bounce =
       std::shared_ptr<char>(static_cast<char*>(device_->allocateStaging(bytes)),
                             [device = device_, bytes](char* p) { device->freeStaging(p, bytes); });
   if (write) {
     device_->copy(bounce.get(), local, bytes);
-    // The continuation holds the bounce buffer until MPI is done with it.
-    return mpi.windowPut(owner, address, bounce.get(), bytes, stop)
+    // The continuation holds the bounce buffer until the move is done with it.
+    return hostMove(mpi, owner, pid, address, bounce.get(), bytes, write, stop)
         .then([bounce](Future<void> put) { put.get(); });
   }
   auto landed = std::make_shared<UserState>();
-  mpi.windowGet(owner, address, bounce.get(), bytes, stop)
+  hostMove(mpi, owner, pid, address, bounce.get(), bytes, write, stop)
       .then([this, bounce, local, bytes, landed](Future<void> got) {
         // Off the MPI service thread: a copy of many MiB must not hold it.
         pool_->post([this, bounce, local, bytes, landed, got]() mutable {
@@ -263,6 +276,59 @@ Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, std::uint64_t a
         });
       });
   return Future<void>(landed);
+}
+
+Future<void> RdmaModule::hostMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address,
+                                  char* local, std::size_t bytes, bool write,
+                                  std::shared_ptr<std::atomic<bool>> stop) {
+  auto overMpi = [&mpi, owner, address, local, bytes, write, stop] {
+    return write ? mpi.windowPut(owner, address, local, bytes, stop)
+                 : mpi.windowGet(owner, address, local, bytes, stop);
+  };
+  if (pid == 0) return overMpi();
+  auto copy = [this, owner, pid, address, local, bytes, write, stop, overMpi]() -> Future<void> {
+    try {
+      if (cmaMove(pid, address, local, bytes, write, kCopyChunkBytes, *stop) ==
+          CmaOutcome::kRefused) {
+        refuseCma(owner);
+        return overMpi();
+      }
+    } catch (const CmaPeerGone&) {
+      return Future<void>::failed(std::make_exception_ptr(
+          ProcessLost(owner, "", "its process is gone (seen by a single-copy RDMA transfer)")));
+    }
+    ++singleCopyTransfers_;
+    return Future<void>::ready({});
+  };
+  // Small copies on this thread: a hop to another would cost more than the
+  // copy. Larger ones on the pool, so that the caller's future is a future.
+  if (bytes <= kInlineCopyBytes) return copy();
+  auto done = std::make_shared<UserState>();
+  pool_->post([copy, done] {
+    copy().then([done](Future<void> moved) {
+      try {
+        moved.get();
+      } catch (...) {
+        return done->setError(std::current_exception());
+      }
+      done->setValue({});
+    });
+  });
+  return Future<void>(done);
+}
+
+void RdmaModule::refuseCma(Rank owner) {
+  bool first = false;
+  {
+    std::lock_guard lock(heldMutex_);
+    first = cmaRefused_.insert(owner).second;
+  }
+  if (first) {
+    log::get().warn(
+        "RDMA: the kernel refuses process_vm_readv/writev to rank {} (ptrace rules?); "
+        "its buffers move over MPI instead",
+        owner);
+  }
 }
 
 void RdmaModule::settle(const Buffer& buffer, std::uint64_t lease, char* local, std::size_t bytes,

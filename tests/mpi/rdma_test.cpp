@@ -1,9 +1,11 @@
 // RDMA buffers across real ranks (issue 12): an actor registers memory and
 // returns the handle; the controller passes it to an actor on another rank,
 // which reads it; writes land; every error is the one the issue names; and
-// nothing stays attached or leased. Run twice by ctest: over the MPI window,
-// and with CROWN_RDMA_WINDOW=0 (the fabric fallback), which the test checks
-// it is on through CROWN_TEST_EXPECT_WINDOW.
+// nothing stays attached or leased. Run three times by ctest: over the MPI
+// window; with CROWN_RDMA_WINDOW=0 (the fabric fallback), which the test
+// checks it is on through CROWN_TEST_EXPECT_WINDOW; and with
+// CROWN_RDMA_SAME_HOST=mpi (CROWN_TEST_EXPECT_SINGLE_COPY=0), where MPI moves
+// the bytes between ranks of this machine instead of a single copy.
 #include <cstdlib>
 #include <cstring>
 
@@ -52,10 +54,11 @@ struct DropOwn {
 };
 struct RdmaStats {
   std::uint64_t registered = 0, leases = 0, attached = 0, fallback = 0, held = 0, inFlight = 0;
+  std::uint64_t singleCopy = 0, deadlines = 0;
   bool window = false;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& registered& leases& attached& fallback& held& inFlight& window;
+    archive& registered& leases& attached& fallback& held& inFlight& singleCopy& deadlines& window;
   }
 };
 struct AskStats {
@@ -69,8 +72,9 @@ void stopActor(const ActorId& id) {
 
 RdmaStats statsHere() {
   auto s = rdma::stats(Proc::current());
-  return RdmaStats{s.registered, s.leases,   s.attached, s.fallbackTransfers,
-                   s.held,       s.inFlight, s.window};
+  return RdmaStats{s.registered,          s.leases,    s.attached,
+                   s.fallbackTransfers,   s.held,      s.inFlight,
+                   s.singleCopyTransfers, s.deadlines, s.window};
 }
 
 class Holder : public Actor {
@@ -111,6 +115,13 @@ class Holder : public Actor {
 bool expectWindow() {
   const char* v = std::getenv("CROWN_TEST_EXPECT_WINDOW");
   return v == nullptr || std::string(v) != "0";
+}
+
+// A single copy moves the bytes between ranks of one machine over the
+// window, unless told otherwise (CROWN_RDMA_SAME_HOST=mpi, other hosts).
+bool expectSingleCopy() {
+  const char* v = std::getenv("CROWN_TEST_EXPECT_SINGLE_COPY");
+  return expectWindow() && (v == nullptr || std::string(v) != "0");
 }
 
 class RdmaTest : public ::testing::Test {
@@ -165,6 +176,21 @@ TEST_F(RdmaTest, AHandleTravelsFromOwnerToControllerToAReader) {
   EXPECT_EQ(holders_[1].call<RdmaStats>(AskStats{}).get(10s).leases, 3u);  // ranks 0, 1, 2
   EXPECT_EQ(statsHere().inFlight, 0u);
   EXPECT_EQ(statsHere().fallback > 0, !expectWindow());
+  EXPECT_EQ(statsHere().singleCopy > 0, expectSingleCopy());
+}
+
+// Every transfer's timeout goes with it: a loop of small reads leaves no
+// deadline armed (one timer per transfer would hold each for 60 s).
+TEST_F(RdmaTest, ManySmallReadsLeaveNoDeadlineBehind) {
+  rdma::Buffer handle = holders_[1].call<rdma::Buffer>(Publish{4096, 6}).get(30s);
+  std::vector<std::uint8_t> into(4096);
+  auto before = statsHere();
+  for (int i = 0; i < 5000; ++i) handle.readInto(into.data(), into.size(), 60s).get();
+  auto after = statsHere();
+  EXPECT_EQ(after.deadlines, 0u);
+  EXPECT_EQ(after.inFlight, 0u);
+  EXPECT_EQ(after.singleCopy - before.singleCopy, expectSingleCopy() ? 5000u : 0u);
+  for (std::size_t i = 0; i < into.size(); ++i) ASSERT_EQ(into[i], patternAt(i, 6)) << i;
 }
 
 TEST_F(RdmaTest, WriteFromLandsInTheOwnersMemory) {

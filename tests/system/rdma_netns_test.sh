@@ -27,7 +27,9 @@ netns_hosts_up "$tag" 1 "$work"
 
 launch() {  # launch RANKS PROGRAM...: on the namespace hosts, one-sided MPI over TCP
   local ranks=$1; shift
-  timeout -k 5 240 "$source_dir/launch/crownrun" -n "$ranks" --hostfile "$hostfile" \
+  # The namespaces share this machine's kernel, so a single copy
+  # (process_vm_readv) would reach across them: MPI must move the bytes.
+  CROWN_RDMA_SAME_HOST=mpi CROWN_TEST_EXPECT_SINGLE_COPY=0 timeout -k 5 240 "$source_dir/launch/crownrun" -n "$ranks" --hostfile "$hostfile" \
     --mca plm_rsh_agent "$agent" --mca oob_tcp_if_include "$subnet/24" \
     --mca btl_tcp_if_include "$subnet/24" --mca btl self,tcp --mca osc pt2pt \
     --mca orte_base_help_aggregate 0 "$@"

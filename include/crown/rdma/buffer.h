@@ -43,8 +43,8 @@ class Buffer {
   /// (Proc::current()); the running actor, if any, owns it, and its
   /// stopping drops it. `data` may be device memory that the registered
   /// DeviceMemory knows (a CUDA build: GPU memory; device_memory.h says how
-  /// it moves), and so may the local memory of readInto and writeFrom. `readOnly`: writeFrom is refused. The memory must
-  /// stay valid until drop()'s future completes: an actor that registers
+  /// it moves), and so may the local memory of readInto and writeFrom. `readOnly`: writeFrom is
+  /// refused. The memory must stay valid until drop()'s future completes: an actor that registers
   /// its own members and lets its stopping drop them must drop() them and
   /// wait in its destructor (a transfer may still be running as it stops).
   /// Throws ConfigError for 0 bytes or a null pointer.
@@ -122,7 +122,9 @@ struct Stats {
   bool cudaAwareMpi = false;   ///< MPI moves GPU memory itself (else it is staged: docs/rdma.md)
   bool deviceMemory = false;   ///< this build can register device memory (device_memory.h)
   std::size_t staged = 0;      ///< registrations of device memory behind a pinned mirror
-  std::uint64_t fallbackTransfers = 0;  ///< transfers made over crown's fabric
+  std::uint64_t fallbackTransfers = 0;    ///< transfers made over crown's fabric
+  std::uint64_t singleCopyTransfers = 0;  ///< transfers copied with process_vm_readv/writev
+  std::size_t deadlines = 0;  ///< reader side: transfer timeouts still armed (ended ones go)
 };
 Stats stats(Proc& proc);
 
