@@ -15,14 +15,15 @@
 
 #include <cstring>
 
-#include "../bench_util.h"
+#include "window_anchor.h"
 
 namespace {
 
 using namespace std::chrono_literals;
+using crown::bench::bandwidth;
 using crown::bench::Clock;
 using crown::bench::fixed;
-using crown::bench::secondsSince;
+using crown::bench::rawMpi;
 
 struct Publish {
   std::uint64_t bytes = 0;
@@ -60,39 +61,6 @@ constexpr int kRounds = 5;
 // Repetitions for about `budget` bytes moved per measurement (at least 3).
 int repsFor(std::size_t bytes, std::size_t budget = std::size_t{2} << 30) {
   return static_cast<int>(std::clamp<std::size_t>(budget / bytes, 3, 2000));
-}
-
-// GB/s of `reps` runs of `one` after a warm-up run (for each, the best of
-// kRounds rounds alternating with its anchor, see main).
-template <class Fn>
-double bandwidth(std::size_t bytes, int reps, Fn one) {
-  one();
-  auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) one();
-  return static_cast<double>(bytes) * reps / secondsSince(start) / 1e9;
-}
-
-// Raw MPI on the service thread: `reps` MPI_Get/Put + flush, timed there.
-double rawMpi(crown::MpiService& mpi, bool put, void* local, std::uint64_t address,
-              std::size_t bytes, int reps) {
-  double seconds = 0;
-  mpi.call([&] {
-    MPI_Win win = *static_cast<const MPI_Win*>(mpi.nativeWindow());
-    int n = static_cast<int>(bytes);
-    auto one = [&] {
-      if (put) {
-        MPI_Put(local, n, MPI_BYTE, 1, static_cast<MPI_Aint>(address), n, MPI_BYTE, win);
-      } else {
-        MPI_Get(local, n, MPI_BYTE, 1, static_cast<MPI_Aint>(address), n, MPI_BYTE, win);
-      }
-      MPI_Win_flush(1, win);
-    };
-    one();
-    auto start = Clock::now();
-    for (int i = 0; i < reps; ++i) one();
-    seconds = secondsSince(start);
-  });
-  return static_cast<double>(bytes) * reps / seconds / 1e9;
 }
 
 std::vector<double> rawLatencies(crown::MpiService& mpi, void* local, std::uint64_t address,

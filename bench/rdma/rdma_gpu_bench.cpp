@@ -11,21 +11,19 @@
 // Run:  mpirun -n 2 ./rdma_gpu_bench [results dir or file.json]
 // (bench/gpu/run_gpu_checks.sh runs it on a GPU machine)
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 
 #include <crown/crown.h>
 #include <crown/cuda/device.h>
 
 #include <list>
 
-#include "../bench_util.h"
+#include "window_anchor.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-using crown::bench::Clock;
+using crown::bench::bandwidth;
 using crown::bench::fixed;
-using crown::bench::secondsSince;
 
 void check(cudaError_t code, const char* what) {
   if (code != cudaSuccess) throw crown::Error(std::string(what) + ": " + cudaGetErrorString(code));
@@ -73,32 +71,6 @@ class Holder : public crown::Actor {
   std::list<std::string> host_;
 };
 
-template <class Fn>
-double bandwidth(std::size_t bytes, int reps, Fn one) {
-  one();
-  auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) one();
-  return static_cast<double>(bytes) * reps / secondsSince(start) / 1e9;
-}
-
-double rawGet(crown::MpiService& mpi, void* local, std::uint64_t address, std::size_t bytes,
-              int reps) {
-  double seconds = 0;
-  mpi.call([&] {
-    MPI_Win win = *static_cast<const MPI_Win*>(mpi.nativeWindow());
-    int n = static_cast<int>(bytes);
-    auto one = [&] {
-      MPI_Get(local, n, MPI_BYTE, 1, static_cast<MPI_Aint>(address), n, MPI_BYTE, win);
-      MPI_Win_flush(1, win);
-    };
-    one();
-    auto start = Clock::now();
-    for (int i = 0; i < reps; ++i) one();
-    seconds = secondsSince(start);
-  });
-  return static_cast<double>(bytes) * reps / seconds / 1e9;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,7 +111,9 @@ int main(int argc, char** argv) {
         hostRead = std::max(hostRead, bandwidth(bytes, reps, [&] {
                               host.readInto(localHost.data(), bytes, 60s).get();
                             }));
-        if (window) raw = std::max(raw, rawGet(mpi, localHost.data(), host.address(), bytes, reps));
+        if (window)
+          raw = std::max(
+              raw, crown::bench::rawMpi(mpi, false, localHost.data(), host.address(), bytes, reps));
         copies = std::max(copies, bandwidth(bytes, reps, [&] {
                             check(cudaMemcpy(pinned, localDevice, bytes, cudaMemcpyDefault), "d2h");
                             check(cudaMemcpy(localDevice, pinned, bytes, cudaMemcpyDefault), "h2d");
