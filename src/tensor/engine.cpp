@@ -7,382 +7,216 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "crown/common/env.h"
 #include "crown/common/log.h"
-#include "crown/common/trace.h"
-#include "crown/mesh/point.h"
-#include "crown/tensor/device_collectives.h"
 #include "crown/tensor/kernel.h"
-#include "tensor/collectives.h"
+#include "tensor/engine_impl.h"
 #include "tensor/native_kernels.h"
-#include "tensor/ref_table.h"
-#include "tensor/stream_thread.h"
-#include "tensor/transfer.h"
 
 namespace crown::tensor {
 
+using detail::kAwaitTimeout;
+using detail::kGiveUpPoll;
 using detail::Latch;
 using detail::RefTable;
 
-namespace {
+Engine::Impl::Impl(Proc& proc, mesh::Point point, std::uint64_t seed)
+    : proc(proc),
+      point(point),
+      coords(point.coordinates()),
+      // Mixed with the rank so every proc draws its own numbers.
+      seed(seed ^ (0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(point.rank) + 1))),
+      queueBound(static_cast<std::size_t>(env::integer("CROWN_TENSOR_QUEUE", 4096, 1, 1 << 24))) {
+  stream(0);
+}
 
-// What one stream owns: its thread, its communicators, its generator.
-struct Stream {
-  Stream(Proc& proc, const mesh::Shape& shape, StreamId id, std::uint64_t seed,
-         std::size_t bound)
-      : collectives(proc, shape, id), generator(seed ^ (0xD1B54A32D192ED03ull * (id + 1))),
-        thread(bound) {}
-  detail::Collectives collectives;
-  std::mt19937_64 generator;
-  detail::StreamThread thread;  // last: goes first, while the members it uses live
-};
-
-constexpr std::chrono::seconds kAwaitTimeout{60};
-constexpr std::chrono::milliseconds kGiveUpPoll{20};
-
-struct BorrowState {
-  StreamId lender = 0, borrower = 0;
-  RefId result = 0;
-  std::shared_ptr<Latch> returned;
-};
-
-}  // namespace
-
-struct Engine::Impl {
-  Impl(Proc& proc, mesh::Point point, std::uint64_t seed)
-      : proc(proc),
-        point(point),
-        coords(point.coordinates()),
-        // Mixed with the rank so every proc draws its own numbers.
-        seed(seed ^ (0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(point.rank) + 1))),
-        queueBound(static_cast<std::size_t>(env::integer("CROWN_TENSOR_QUEUE", 4096, 1, 1 << 24))) {
-    stream(0);
+Engine::Impl::Stream& Engine::Impl::stream(StreamId id) {
+  auto it = streams.find(id);
+  if (it == streams.end()) {
+    // On every engine at the same command: its communicators are made
+    // collectively here (Collectives' constructor).
+    it = streams.emplace(id, std::make_unique<Stream>(proc, point.shape, id, seed, queueBound))
+             .first;
+    for (const auto& other : awaited) it->second->thread.post([other] { other->wait(); });
   }
+  return *it->second;
+}
 
-  // --- the dispatcher (the actor's thread) ---------------------------------------
-
-  Stream& stream(StreamId id) {
-    auto it = streams.find(id);
-    if (it == streams.end()) {
-      // On every engine at the same command: its communicators are made
-      // collectively here (Collectives' constructor).
-      it = streams.emplace(id, std::make_unique<Stream>(proc, point.shape, id, seed, queueBound))
-               .first;
-      for (const auto& other : awaited) it->second->thread.post([other] { other->wait(); });
+// Consecutive calls of a kernel with a guard go to their stream as one
+// task, run under one guard (kernel.h: Python's GIL, taken once).
+void Engine::Impl::dispatchBatch(const std::vector<Command>& commands) {
+  for (std::size_t i = 0; i < commands.size();) {
+    const auto* call = std::get_if<Call>(&commands[i]);
+    KernelGuard guard = call ? findKernelGuard(call->kernel) : KernelGuard{};
+    if (!guard) {
+      dispatch(commands[i++]);
+      continue;
     }
-    return *it->second;
-  }
-
-  // Consecutive calls of a kernel with a guard go to their stream as one
-  // task, run under one guard (kernel.h: Python's GIL, taken once).
-  void dispatchBatch(const std::vector<Command>& commands) {
-    for (std::size_t i = 0; i < commands.size();) {
-      const auto* call = std::get_if<Call>(&commands[i]);
-      KernelGuard guard = call ? findKernelGuard(call->kernel) : KernelGuard{};
-      if (!guard) {
-        dispatch(commands[i++]);
-        continue;
-      }
-      std::vector<Call> run;
-      for (; i < commands.size(); ++i) {
-        const auto* next = std::get_if<Call>(&commands[i]);
-        if (!next || next->kernel != call->kernel) break;
-        run.push_back(*next);
-      }
-      Stream& s = stream(current);
-      s.thread.post([this, &s, guard = std::move(guard), run = std::move(run)] {
-        auto held = guard();
-        for (const Call& c : run) {
-          ++ran;
-          this->call(c, s);
-        }
-      });
+    std::vector<Call> run;
+    for (; i < commands.size(); ++i) {
+      const auto* next = std::get_if<Call>(&commands[i]);
+      if (!next || next->kernel != call->kernel) break;
+      run.push_back(*next);
     }
-  }
-
-  void dispatch(const Command& command) {
-    if (auto* s = std::get_if<SwitchStream>(&command)) {
-      current = s->stream;
-      stream(current);
-    } else if (auto* b = std::get_if<Borrow>(&command)) {
-      borrow(*b);
-    } else if (auto* r = std::get_if<ReturnBorrow>(&command)) {
-      giveBack(*r);
-    } else if (auto* a = std::get_if<AwaitEngine>(&command)) {
-      awaitEngine(*a);
-    } else if (auto* d = std::get_if<Delete>(&command)) {
-      afterEveryStream([this, refs = d->refs] {
-        for (RefId ref : refs) this->refs.erase(ref);
-      });
-    } else {
-      Stream& s = stream(current);
-      s.thread.post([this, &s, command] { run(command, s); });
-    }
-  }
-
-  void borrow(const Borrow& b) {
-    auto lent = std::make_shared<Latch>();
-    stream(b.lender).thread.post([lent] { lent->set(); });  // the tensor as of here
-    stream(current).thread.post([this, lent, b] {
-      lent->wait();
-      auto value = refs.find(b.source);
-      refs.define(b.result, value ? *value
-                                  : RefTable::Value(failure("borrow",
-                                                            "the borrowed ref " +
-                                                                std::to_string(b.source) +
-                                                                " is not defined here",
-                                                            "")));
-    });
-    borrows[b.id] = BorrowState{b.lender, current, b.result, std::make_shared<Latch>()};
-  }
-
-  void giveBack(const ReturnBorrow& r) {
-    auto it = borrows.find(r.id);
-    if (it == borrows.end()) return;  // never lent here (a refused command): nothing to give back
-    BorrowState b = it->second;
-    borrows.erase(it);
-    stream(b.borrower).thread.post([this, b] {
-      refs.erase(b.result);
-      b.returned->set();  // after every borrower command before the return
-    });
-    // The lender's later commands may write the tensor: not before the
-    // borrower is done with it.
-    stream(b.lender).thread.post([b] { b.returned->wait(); });
-  }
-
-  // AwaitEngine: the current stream waits for the other engine, and every
-  // other stream (those made later too) waits for the current one to be
-  // done waiting. Bounded: a batch of the other mesh that never comes (a
-  // lost hop of its cast) must not hold this mesh for good.
-  void awaitEngine(const AwaitEngine& a) {
-    if (!a.where.contains(proc.rank())) return;
-    std::erase_if(awaited, [](const auto& latch) { return latch->isSet(); });
-    auto done = std::make_shared<Latch>();
-    const ActorId other{proc.rank(), a.engine};
-    stream(current).thread.post([this, other, a, done] {
-      if (!Engine::awaitRun(other, a.batches, kAwaitTimeout, closing) && !closing) {
-        log::get().warn("tensor engine: the engine of the mesh that shares a view with this one "
-                        "was not given its batch {} within {} s; going on without it",
-                        a.batches, kAwaitTimeout.count());
+    Stream& s = stream(current);
+    s.thread.post([this, &s, guard = std::move(guard), run = std::move(run)] {
+      auto held = guard();
+      for (const Call& c : run) {
+        ++ran;
+        this->call(c, s);
       }
-      done->set();
-    });
-    for (auto& [id, s] : streams) {
-      if (id != current) s->thread.post([done] { done->wait(); });
-    }
-    awaited.push_back(done);
-  }
-
-  // Batch `number` is run once every stream has run its part. Streams run
-  // in order, so a batch run means every batch before it was run too
-  // (hence max).
-  void countRunOnEveryStream(std::uint64_t number) {
-    onceEveryStreamRan([this, number] {
-      {
-        std::lock_guard lock(batchMutex);
-        batchesRun = std::max(batchesRun, number);
-      }
-      batchArrived.notify_all();
     });
   }
+}
 
-  // Waits until this engine has run its first `count` batches, and no
-  // more: what it was given after them may await the caller (AwaitEngine
-  // the other way), which a drain would wait for.
-  // Bounded by the waiter's `giveUp` too, looked at every kGiveUpPoll: an
-  // engine destroyed (a proc stopping) while its stream awaits another
-  // whose batch will now never run must not hold its destructor for
-  // kAwaitTimeout. The caller is counted in `waiters` (awaitRun).
-  bool waitRun(std::uint64_t count, std::chrono::steady_clock::time_point deadline,
-               const std::atomic<bool>& giveUp) {
-    std::unique_lock lock(batchMutex);
-    for (;;) {
-      if (batchesRun >= count) return true;
-      auto now = std::chrono::steady_clock::now();
-      if (closing || giveUp || now >= deadline) return false;
-      batchArrived.wait_until(lock, std::min(deadline, now + kGiveUpPoll));
+void Engine::Impl::dispatch(const Command& command) {
+  if (auto* s = std::get_if<SwitchStream>(&command)) {
+    current = s->stream;
+    stream(current);
+  } else if (auto* b = std::get_if<Borrow>(&command)) {
+    borrow(*b);
+  } else if (auto* r = std::get_if<ReturnBorrow>(&command)) {
+    giveBack(*r);
+  } else if (auto* a = std::get_if<AwaitEngine>(&command)) {
+    awaitEngine(*a);
+  } else if (auto* d = std::get_if<Delete>(&command)) {
+    afterEveryStream([this, refs = d->refs] {
+      for (RefId ref : refs) this->refs.erase(ref);
+    });
+  } else {
+    Stream& s = stream(current);
+    s.thread.post([this, &s, command] { run(command, s); });
+  }
+}
+
+void Engine::Impl::borrow(const Borrow& b) {
+  auto lent = std::make_shared<Latch>();
+  stream(b.lender).thread.post([lent] { lent->set(); });  // the tensor as of here
+  stream(current).thread.post([this, lent, b] {
+    lent->wait();
+    auto value = refs.find(b.source);
+    refs.define(
+        b.result,
+        value ? *value
+              : RefTable::Value(failure(
+                    "borrow",
+                    "the borrowed ref " + std::to_string(b.source) + " is not defined here", "")));
+  });
+  borrows[b.id] = BorrowState{b.lender, current, b.result, std::make_shared<Latch>()};
+}
+
+void Engine::Impl::giveBack(const ReturnBorrow& r) {
+  auto it = borrows.find(r.id);
+  if (it == borrows.end()) return;  // never lent here (a refused command): nothing to give back
+  BorrowState b = it->second;
+  borrows.erase(it);
+  stream(b.borrower).thread.post([this, b] {
+    refs.erase(b.result);
+    b.returned->set();  // after every borrower command before the return
+  });
+  // The lender's later commands may write the tensor: not before the
+  // borrower is done with it.
+  stream(b.lender).thread.post([b] { b.returned->wait(); });
+}
+
+// AwaitEngine: the current stream waits for the other engine, and every
+// other stream (those made later too) waits for the current one to be
+// done waiting. Bounded: a batch of the other mesh that never comes (a
+// lost hop of its cast) must not hold this mesh for good.
+void Engine::Impl::awaitEngine(const AwaitEngine& a) {
+  if (!a.where.contains(proc.rank())) return;
+  std::erase_if(awaited, [](const auto& latch) { return latch->isSet(); });
+  auto done = std::make_shared<Latch>();
+  const ActorId other{proc.rank(), a.engine};
+  stream(current).thread.post([this, other, a, done] {
+    if (!Engine::awaitRun(other, a.batches, kAwaitTimeout, closing) && !closing) {
+      log::get().warn(
+          "tensor engine: the engine of the mesh that shares a view with this one "
+          "was not given its batch {} within {} s; going on without it",
+          a.batches, kAwaitTimeout.count());
     }
+    done->set();
+  });
+  for (auto& [id, s] : streams) {
+    if (id != current) s->thread.post([done] { done->wait(); });
   }
+  awaited.push_back(done);
+}
 
-  // The engine goes: its own streams stop awaiting others, and the streams
-  // of other engines that await this one are let go before it is freed.
-  void close() {
-    std::unique_lock lock(batchMutex);
-    closing = true;
-    batchArrived.notify_all();
-    batchArrived.wait(lock, [&] { return waiters == 0; });
-  }
-
-  // Waits until this engine has been given `count` batches and has run them.
-  bool waitGiven(std::uint64_t count, std::chrono::steady_clock::time_point deadline) {
+// Batch `number` is run once every stream has run its part. Streams run
+// in order, so a batch run means every batch before it was run too
+// (hence max).
+void Engine::Impl::countRunOnEveryStream(std::uint64_t number) {
+  onceEveryStreamRan([this, number] {
     {
-      std::unique_lock lock(batchMutex);
-      if (!batchArrived.wait_until(lock, deadline, [&] { return batches >= count; }))
-        return false;
+      std::lock_guard lock(batchMutex);
+      batchesRun = std::max(batchesRun, number);
     }
-    drainAll();
-    return true;
+    batchArrived.notify_all();
+  });
+}
+
+// Waits until this engine has run its first `count` batches, and no
+// more: what it was given after them may await the caller (AwaitEngine
+// the other way), which a drain would wait for.
+// Bounded by the waiter's `giveUp` too, looked at every kGiveUpPoll: an
+// engine destroyed (a proc stopping) while its stream awaits another
+// whose batch will now never run must not hold its destructor for
+// kAwaitTimeout. The caller is counted in `waiters` (awaitRun).
+bool Engine::Impl::waitRun(std::uint64_t count, std::chrono::steady_clock::time_point deadline,
+                           const std::atomic<bool>& giveUp) {
+  std::unique_lock lock(batchMutex);
+  for (;;) {
+    if (batchesRun >= count) return true;
+    auto now = std::chrono::steady_clock::now();
+    if (closing || giveUp || now >= deadline) return false;
+    batchArrived.wait_until(lock, std::min(deadline, now + kGiveUpPoll));
   }
+}
 
-  // Runs `task` once every stream has run what it was given before: a
-  // delete must not overtake a use of the ref on another stream. Counted
-  // as a command.
-  void afterEveryStream(std::function<void()> task) {
-    ++ran;
-    onceEveryStreamRan(std::move(task));
+// The engine goes: its own streams stop awaiting others, and the streams
+// of other engines that await this one are let go before it is freed.
+void Engine::Impl::close() {
+  std::unique_lock lock(batchMutex);
+  closing = true;
+  batchArrived.notify_all();
+  batchArrived.wait(lock, [&] { return waiters == 0; });
+}
+
+// Waits until this engine has been given `count` batches and has run them.
+bool Engine::Impl::waitGiven(std::uint64_t count, std::chrono::steady_clock::time_point deadline) {
+  {
+    std::unique_lock lock(batchMutex);
+    if (!batchArrived.wait_until(lock, deadline, [&] { return batches >= count; })) return false;
   }
+  drainAll();
+  return true;
+}
 
-  // No stream waits: the last to get there runs `task`.
-  void onceEveryStreamRan(std::function<void()> task) {
-    if (streams.size() == 1) return streams.begin()->second->thread.post(std::move(task));
-    auto left = std::make_shared<std::atomic<std::size_t>>(streams.size());
-    auto shared = std::make_shared<std::function<void()>>(std::move(task));
-    for (auto& [id, s] : streams) {
-      s->thread.post([left, shared] {
-        if (--*left == 0) (*shared)();
-      });
-    }
+// Runs `task` once every stream has run what it was given before: a
+// delete must not overtake a use of the ref on another stream. Counted
+// as a command.
+void Engine::Impl::afterEveryStream(std::function<void()> task) {
+  ++ran;
+  onceEveryStreamRan(std::move(task));
+}
+
+// No stream waits: the last to get there runs `task`.
+void Engine::Impl::onceEveryStreamRan(std::function<void()> task) {
+  if (streams.size() == 1) return streams.begin()->second->thread.post(std::move(task));
+  auto left = std::make_shared<std::atomic<std::size_t>>(streams.size());
+  auto shared = std::make_shared<std::function<void()>>(std::move(task));
+  for (auto& [id, s] : streams) {
+    s->thread.post([left, shared] {
+      if (--*left == 0) (*shared)();
+    });
   }
+}
 
-  void drainAll() {
-    for (auto& [id, s] : streams) s->thread.drain();
-  }
-
-  // --- a stream's thread --------------------------------------------------------
-
-  RefTable::Poison failure(const std::string& op, std::string message, const std::string& origin,
-                           std::string traceback = {}) const {
-    return std::make_shared<const Failure>(
-        Failure{op, proc.rank(), std::move(message), std::move(traceback), origin});
-  }
-
-  void poisonAll(const std::vector<RefId>& results, const RefTable::Poison& poison) {
-    for (RefId ref : results) refs.poison(ref, poison);
-  }
-
-  void run(const Command& command, Stream& s) {
-    ++ran;
-    if (auto* c = std::get_if<Call>(&command)) return call(*c, s);
-    if (auto* c = std::get_if<Collective>(&command)) {
-      trace::Span span;
-      if (trace::on()) [[unlikely]] span.begin("tensor", collectiveName(c->kind));
-      auto source = refs.find(c->source);
-      auto outcome = s.collectives.run(*c, source ? &*source : nullptr);
-      if (outcome.failure) return refs.poison(c->result, outcome.failure);
-      return refs.define(c->result, std::move(outcome.result));
-    }
-    if (auto* t = std::get_if<Transfer>(&command)) {
-      trace::Span span;
-      if (trace::on()) [[unlikely]] span.begin("tensor", t->sending ? "to_mesh send" : "to_mesh receive");
-      return transfer(*t);
-    }
-  }
-
-  void transfer(const Transfer& t) {
-    if (t.sending) {
-      auto source = refs.find(t.source);
-      return detail::sendShards(proc, t, source ? &*source : nullptr);
-    }
-    for (const auto& [from, to] : t.routes) {
-      if (to == proc.rank()) return refs.define(t.result, detail::receiveShard(proc, t, from));
-    }
-  }
-
-  void call(const Call& c, Stream& s) {
-    trace::Span span;
-    if (trace::on()) [[unlikely]] span.begin("tensor", c.kernel);
-    std::vector<LocalTensor> inputs;
-    inputs.reserve(c.inputs.size());
-    for (RefId ref : c.inputs) {
-      auto value = refs.find(ref);
-      if (!value) {
-        return poisonAll(c.results, failure(c.kernel,
-                                            "its input ref " + std::to_string(ref) +
-                                                " is not defined here (dropped, or never made)",
-                                            c.origin));
-      }
-      if (auto* poison = std::get_if<RefTable::Poison>(&*value))
-        return poisonAll(c.results, *poison);
-      inputs.push_back(std::get<LocalTensor>(*value));
-    }
-    Kernel kernel = findKernel(c.kernel);
-    if (!kernel) {
-      std::string known;
-      for (const auto& name : kernelNames()) known += (known.empty() ? "" : ", ") + name;
-      return poisonAll(c.results,
-                       failure(c.kernel, "no kernel is registered under this name (known: " +
-                                             known + ")",
-                               c.origin));
-    }
-    try {
-      KernelContext context{c, proc.rank(), coords, s.generator};
-      std::vector<LocalTensor> outputs = kernel(context, inputs);
-      if (outputs.size() != c.results.size()) {
-        throw Error("it returned " + std::to_string(outputs.size()) + " tensors for " +
-                    std::to_string(c.results.size()) + " results");
-      }
-      for (std::size_t i = 0; i < outputs.size(); ++i) refs.define(c.results[i], outputs[i]);
-    } catch (const KernelError& e) {
-      poisonAll(c.results, failure(e.op().empty() ? c.kernel : e.op(), e.what(), c.origin,
-                                   e.traceback()));
-    } catch (const std::exception& e) {
-      poisonAll(c.results, failure(c.kernel, e.what(), c.origin));
-    }
-  }
-
-  // --- reads, after drainAll() ----------------------------------------------------
-
-  static LocalTensor onHost(const LocalTensor& tensor) {
-    if (tensor.device().kind == DeviceKind::cpu) return tensor;
-    auto device = findDeviceCollectives(tensor.device().kind);
-    if (!device) {
-      throw ConfigError(tensor.describe() + " is on a GPU, and this build of crown cannot copy "
-                        "it to the host (configure with CROWN_WITH_NCCL=ON)");
-    }
-    return device->toHost(tensor);
-  }
-
-  FetchReply fetch(RefId ref) const {
-    FetchReply reply;
-    auto value = refs.find(ref);
-    if (!value) {
-      reply.failure = *failure("fetch", "ref " + std::to_string(ref) +
-                                            " is not defined here (dropped, or never made)",
-                               "");
-    } else if (auto* poison = std::get_if<RefTable::Poison>(&*value)) {
-      reply.failure = **poison;
-    } else {
-      try {
-        reply.data = toData(onHost(std::get<LocalTensor>(*value)));
-        reply.ok = true;
-      } catch (const std::exception& e) {
-        reply.failure = *failure("fetch", e.what(), "");
-      }
-    }
-    return reply;
-  }
-
-  Proc& proc;
-  mesh::Point point;
-  std::map<std::string, std::size_t> coords;
-  std::uint64_t seed;
-  std::size_t queueBound;
-  RefTable refs;
-  std::atomic<std::uint64_t> ran{0};
-  std::mutex batchMutex;
-  std::condition_variable batchArrived;  // also: a waiter left (waiters)
-  std::atomic<bool> closing{false};      // set once, by close()
-  std::size_t waiters = 0;               // other engines' streams in awaitRun, under batchMutex
-  std::uint64_t batches = 0;     // given so far, under batchMutex
-  std::uint64_t batchesRun = 0;  // run by every stream, under batchMutex
-  // The dispatcher's own.
-  StreamId current = 0;
-  std::map<std::uint64_t, BorrowState> borrows;
-  std::vector<std::shared_ptr<Latch>> awaited;  // AwaitEngines not yet over
-  std::map<StreamId, std::unique_ptr<Stream>> streams;  // last: their threads use the above
-};
+void Engine::Impl::drainAll() {
+  for (auto& [id, s] : streams) s->thread.drain();
+}
 
 namespace {
 // Engines by their actor's address: unique in a process, simulated procs

@@ -1,0 +1,128 @@
+// What a tensor engine's stream runs (engine_impl.h): its commands in
+// order (ORD-1): calls of kernels, collectives and transfers, each poisoning
+// its results with a Failure when it fails or uses a poisoned ref (deferred
+// errors); and the reads of a shard after the streams drained.
+#include "crown/common/trace.h"
+#include "crown/tensor/device_collectives.h"
+#include "crown/tensor/kernel.h"
+#include "tensor/engine_impl.h"
+#include "tensor/transfer.h"
+
+namespace crown::tensor {
+
+using detail::RefTable;
+
+RefTable::Poison Engine::Impl::failure(const std::string& op, std::string message,
+                                       const std::string& origin, std::string traceback) const {
+  return std::make_shared<const Failure>(
+      Failure{op, proc.rank(), std::move(message), std::move(traceback), origin});
+}
+
+void Engine::Impl::poisonAll(const std::vector<RefId>& results, const RefTable::Poison& poison) {
+  for (RefId ref : results) refs.poison(ref, poison);
+}
+
+void Engine::Impl::run(const Command& command, Stream& s) {
+  ++ran;
+  if (auto* c = std::get_if<Call>(&command)) return call(*c, s);
+  if (auto* c = std::get_if<Collective>(&command)) {
+    trace::Span span;
+    if (trace::on()) [[unlikely]]
+      span.begin("tensor", collectiveName(c->kind));
+    auto source = refs.find(c->source);
+    auto outcome = s.collectives.run(*c, source ? &*source : nullptr);
+    if (outcome.failure) return refs.poison(c->result, outcome.failure);
+    return refs.define(c->result, std::move(outcome.result));
+  }
+  if (auto* t = std::get_if<Transfer>(&command)) {
+    trace::Span span;
+    if (trace::on()) [[unlikely]]
+      span.begin("tensor", t->sending ? "to_mesh send" : "to_mesh receive");
+    return transfer(*t);
+  }
+}
+
+void Engine::Impl::transfer(const Transfer& t) {
+  if (t.sending) {
+    auto source = refs.find(t.source);
+    return detail::sendShards(proc, t, source ? &*source : nullptr);
+  }
+  for (const auto& [from, to] : t.routes) {
+    if (to == proc.rank()) return refs.define(t.result, detail::receiveShard(proc, t, from));
+  }
+}
+
+void Engine::Impl::call(const Call& c, Stream& s) {
+  trace::Span span;
+  if (trace::on()) [[unlikely]]
+    span.begin("tensor", c.kernel);
+  std::vector<LocalTensor> inputs;
+  inputs.reserve(c.inputs.size());
+  for (RefId ref : c.inputs) {
+    auto value = refs.find(ref);
+    if (!value) {
+      return poisonAll(c.results, failure(c.kernel,
+                                          "its input ref " + std::to_string(ref) +
+                                              " is not defined here (dropped, or never made)",
+                                          c.origin));
+    }
+    if (auto* poison = std::get_if<RefTable::Poison>(&*value)) return poisonAll(c.results, *poison);
+    inputs.push_back(std::get<LocalTensor>(*value));
+  }
+  Kernel kernel = findKernel(c.kernel);
+  if (!kernel) {
+    std::string known;
+    for (const auto& name : kernelNames()) known += (known.empty() ? "" : ", ") + name;
+    return poisonAll(
+        c.results,
+        failure(c.kernel, "no kernel is registered under this name (known: " + known + ")",
+                c.origin));
+  }
+  try {
+    KernelContext context{c, proc.rank(), coords, s.generator};
+    std::vector<LocalTensor> outputs = kernel(context, inputs);
+    if (outputs.size() != c.results.size()) {
+      throw Error("it returned " + std::to_string(outputs.size()) + " tensors for " +
+                  std::to_string(c.results.size()) + " results");
+    }
+    for (std::size_t i = 0; i < outputs.size(); ++i) refs.define(c.results[i], outputs[i]);
+  } catch (const KernelError& e) {
+    poisonAll(c.results,
+              failure(e.op().empty() ? c.kernel : e.op(), e.what(), c.origin, e.traceback()));
+  } catch (const std::exception& e) {
+    poisonAll(c.results, failure(c.kernel, e.what(), c.origin));
+  }
+}
+
+LocalTensor Engine::Impl::onHost(const LocalTensor& tensor) {
+  if (tensor.device().kind == DeviceKind::cpu) return tensor;
+  auto device = findDeviceCollectives(tensor.device().kind);
+  if (!device) {
+    throw ConfigError(tensor.describe() +
+                      " is on a GPU, and this build of crown cannot copy "
+                      "it to the host (configure with CROWN_WITH_NCCL=ON)");
+  }
+  return device->toHost(tensor);
+}
+
+FetchReply Engine::Impl::fetch(RefId ref) const {
+  FetchReply reply;
+  auto value = refs.find(ref);
+  if (!value) {
+    reply.failure = *failure(
+        "fetch", "ref " + std::to_string(ref) + " is not defined here (dropped, or never made)",
+        "");
+  } else if (auto* poison = std::get_if<RefTable::Poison>(&*value)) {
+    reply.failure = **poison;
+  } else {
+    try {
+      reply.data = toData(onHost(std::get<LocalTensor>(*value)));
+      reply.ok = true;
+    } catch (const std::exception& e) {
+      reply.failure = *failure("fetch", e.what(), "");
+    }
+  }
+  return reply;
+}
+
+}  // namespace crown::tensor
