@@ -49,8 +49,15 @@ class Terminal:
         self._tmux = ["tmux", "-L", f"crown-test-{os.getpid()}-{id(self)}"]
         line = " ".join(["env", *(f"{name}={shlex.quote(env[name])}" for name in passed),
                          *map(shlex.quote, command)])
-        subprocess.run([*self._tmux, "new-session", "-d", "-s", "t", "-x", "200", "-y", "50",
-                        line], check=True, timeout=30)
+        # remain-on-exit, set before the session is made: a command that prints
+        # its last line and exits (`crown console` after Ctrl-D) leaves its
+        # screen readable. Without it the pane, the session and the server
+        # went with the process, and a loaded machine's expect() could find
+        # only an empty screen (python.console_cli's flake).
+        subprocess.run([*self._tmux, "-f", "/dev/null", "start-server", ";",
+                        "set-option", "-g", "-w", "remain-on-exit", "on", ";",
+                        "new-session", "-d", "-s", "t", "-x", "200", "-y", "50", line],
+                       check=True, timeout=30)
         self.seen = 0  # screen text already matched
 
     def screen(self):

@@ -1,29 +1,53 @@
 // CudaDeviceMemory (cuda/device_memory.h), and its registration: every
 // program that links Crown::crown with CUDA gets it before main, as NCCL's
 // collectives (nccl_registrar.cpp says how: this archive is linked whole).
-// A program that registers its own (a test's stand-in) keeps it.
+// A program that registers its own (a test's stand-in) keeps it. Nothing
+// here touches CUDA before a pointer is asked about.
 #include "cuda/device_memory.h"
 
 #include <cuda_runtime_api.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <memory>
+#include <mutex>
 
 #include "crown/cuda/device.h"
 #include "cuda/cuda_check.h"
 
 namespace crown::cuda {
+namespace {
 
-CudaDeviceMemory::CudaDeviceMemory() : devices_(deviceCount() > 0) {}
+// Whether this process can read the byte at `p` itself: all host memory
+// (pageable, pinned, or managed) can, device memory cannot (its addresses
+// are reserved without access). A syscall that reads our own memory says so
+// without a fault, and without CUDA.
+bool readableHere(const void* p) {
+  char byte = 0;
+  iovec local{&byte, 1};
+  iovec remote{const_cast<void*>(p), 1};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == 1;
+}
+
+}  // namespace
+
+CudaDeviceMemory::CudaDeviceMemory() = default;
 
 bool CudaDeviceMemory::isDevice(const void* p) const {
-  if (!devices_ || p == nullptr) return false;
+  // Asked lazily: a program that never registers memory never loads the
+  // driver for it. cudaGetDeviceCount initialises the driver, no context.
+  static std::once_flag probed;
+  static bool devices = false;
+  std::call_once(probed, [] { devices = deviceCount() > 0; });
+  // Host memory is told apart first, with no CUDA call: asking the runtime
+  // about a pointer makes a CUDA context (hundreds of MiB of GPU memory) in
+  // a process that may never use the GPU.
+  if (!devices || p == nullptr || readableHere(p)) return false;
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-    cudaGetLastError();  // not a pointer CUDA knows: host memory
+    cudaGetLastError();  // not a pointer CUDA knows
     return false;
   }
-  // Managed memory is reachable from the host too, but MPI's single-copy
-  // paths may not page it in: treat it as the device's.
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
