@@ -106,9 +106,13 @@ void ShmBackend::send(Rank to, OutMessage message) {
   if (auto refused = out->refusal()) {
     return handBack(to, std::move(message), *refused);  // closed by a refusal, nobody lost
   }
-  LinkError error = written == Ring::Result::kTimedOut
-                        ? LinkError{Kind::kTimeout, "the peer's shared-memory ring stayed full"}
-                        : LinkError{Kind::kClosed, "the peer closed its shared-memory link"};
+  LinkError error =
+      written == Ring::Result::kTimedOut
+          ? LinkError{Kind::kTimeout, "the peer took no frame for " +
+                                          std::to_string(kWriteBound.count()) +
+                                          " s (its shared-memory ring stayed full, or it "
+                                          "never copied a lent payload)"}
+          : LinkError{Kind::kClosed, "the peer closed its shared-memory link"};
   markLost(to, error);
   handBack(to, std::move(message), lostError(to).value_or(error));
 }
