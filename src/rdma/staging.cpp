@@ -124,7 +124,9 @@ void RdmaModule::startStages(std::vector<StageRequest> start) {
         char *mirror = nullptr, *device = nullptr;
         {
           std::lock_guard lock(mutex_);
-          Region& region = regions_.at(leases_.at(s.lease).region);
+          auto lease = leases_.find(s.lease);  // a lost reader's lease ends with it
+          if (lease == leases_.end()) throw BufferError("RDMA: the lease ended before its Stage");
+          Region& region = regions_.at(lease->second.region);  // leased: never retired
           mirror = region.staging;
           device = region.base;
         }
