@@ -1,5 +1,5 @@
-// A transfer's deadline (rdma_module.h): shared by the reader side's
-// steps (transfer.cpp, staging.cpp).
+// A transfer's deadline (rdma_module.h), and a step's outcome as an error:
+// shared by the reader side's steps (transfer.cpp, staging.cpp).
 #pragma once
 
 #include <atomic>
@@ -34,5 +34,21 @@ struct Deadline {
     user.setValue({});
   }
 };
+
+/// The failure `done` (ready) ended with; null when it succeeded.
+inline std::exception_ptr errorOf(const Future<void>& done) {
+  try {
+    done.get();
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+/// Completes `state` as `done` (ready) ended.
+inline void completeAs(crown::detail::FutureState<void>& state, const Future<void>& done) {
+  if (auto failure = errorOf(done)) return state.setError(failure);
+  state.setValue({});
+}
 
 }  // namespace crown::rdma::detail

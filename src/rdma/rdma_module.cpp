@@ -296,11 +296,15 @@ void RdmaModule::release(std::uint64_t lease) {
   finishRetired(std::move(retired));
 }
 
-char* RdmaModule::leased(std::uint64_t lease, std::uint64_t offset, std::uint64_t bytes) {
-  std::lock_guard lock(mutex_);
+std::pair<RdmaModule::Lease&, RdmaModule::Region&> RdmaModule::leasedRegion(std::uint64_t lease) {
   auto it = leases_.find(lease);
   if (it == leases_.end()) throw BufferError("RDMA: lease " + std::to_string(lease) + " has ended");
-  Region& region = regions_.at(it->second.region);  // a leased region is never retired
+  return {it->second, regions_.at(it->second.region)};
+}
+
+char* RdmaModule::leased(std::uint64_t lease, std::uint64_t offset, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  Region& region = leasedRegion(lease).second;
   if (offset > region.bytes || bytes > region.bytes - offset) {
     throw BufferError("RDMA: a chunk past the end of the buffer");
   }

@@ -130,6 +130,9 @@ class RdmaModule final : public Proc::Module {
     std::size_t stagedReads = 0;  // the staging lock held under this lease
     bool stagedWrite = false;
   };
+  // Under mutex_: the lease `lease` and its region (a leased region is never
+  // retired); throws BufferError when the lease has ended.
+  std::pair<Lease&, Region&> leasedRegion(std::uint64_t lease);
   // Under mutex_: takes the staging lock for a Stage when it is free and
   // none waits before it (true), else false; the hold is counted on its lease.
   bool tryStage(Region& region, Lease& lease, bool write);
@@ -138,6 +141,9 @@ class RdmaModule final : public Proc::Module {
   // queued behind them that may now start to `start`.
   void unlockStage(Region& region, Lease& lease, bool write, bool all,
                    std::vector<StageRequest>& start);
+  // Outside mutex_: unlockStage of one hold of `lease`, if it has not ended;
+  // returns the Stages that may start now.
+  std::vector<StageRequest> unlockStageOf(std::uint64_t lease, bool write);
   // Outside mutex_: fills each granted read's mirror from the device, on
   // the pool, and answers every Stage in `start`.
   void startStages(std::vector<StageRequest> start);
@@ -167,9 +173,10 @@ class RdmaModule final : public Proc::Module {
     int pid = 0;
   };
   using LeaseKey = std::pair<Rank, std::uint64_t>;  // (owner, lease): lease ids are the owner's
-  /// A held lease that covers the transfer, its inFlight counted; 0: none.
-  /// `staged`: whether its transfers Stage first.
+  /// A held lease that covers the transfer, its inFlight counted (lease 0: none).
   Route reuse(const Buffer& buffer, std::size_t bytes, bool write);
+  /// Under heldMutex_: how transfers go under `held`, lease `lease` of `owner`.
+  Route routeOf(Rank owner, std::uint64_t lease, const Held& held) const;
   /// A lease just granted, held with one transfer under it.
   Route hold(const Buffer& buffer, const Grant& grant);
   /// A transfer under `lease` ended: releases the lease when it was revoked meanwhile.

@@ -19,20 +19,7 @@
 #include "rdma/rdma_module.h"
 
 namespace crown::rdma::detail {
-namespace {
-
 using UserState = crown::detail::FutureState<void>;
-
-std::exception_ptr errorOf(Future<void>& done) {
-  try {
-    done.get();
-    return nullptr;
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
-}  // namespace
 
 bool RdmaModule::tryStage(Region& region, Lease& lease, bool write) {
   if (region.stageWriter || !region.stageWaiting.empty()) return false;
@@ -84,19 +71,24 @@ void RdmaModule::unlockStage(Region& region, Lease& lease, bool write, bool all,
   }
 }
 
+std::vector<RdmaModule::StageRequest> RdmaModule::unlockStageOf(std::uint64_t lease, bool write) {
+  std::vector<StageRequest> next;
+  std::lock_guard lock(mutex_);
+  if (auto held = leases_.find(lease); held != leases_.end()) {
+    unlockStage(regions_.at(held->second.region), held->second, write, false, next);
+  }
+  return next;
+}
+
 void RdmaModule::stage(const wire::Envelope& request, const Stage& stage) {
   std::vector<StageRequest> start;
   {
     std::lock_guard lock(mutex_);
-    auto lease = leases_.find(stage.lease);
-    if (lease == leases_.end()) {
-      throw BufferError("RDMA: lease " + std::to_string(stage.lease) + " has ended");
-    }
-    Region& region = regions_.at(lease->second.region);  // a leased region is never retired
+    auto [lease, region] = leasedRegion(stage.lease);
     if (!region.staging) throw ProtocolError("RDMA: a Stage of a buffer that has no mirror");
     if (stage.bytes > region.bytes) throw BufferError("RDMA: a Stage past the end of the buffer");
     StageRequest wanted{request, stage.lease, stage.bytes, stage.write};
-    if (!tryStage(region, lease->second, stage.write)) {
+    if (!tryStage(region, lease, stage.write)) {
       region.stageWaiting.push_back(std::move(wanted));
       return;
     }
@@ -123,10 +115,8 @@ void RdmaModule::startStages(std::vector<StageRequest> start) {
       try {
         char *mirror = nullptr, *device = nullptr;
         {
-          std::lock_guard lock(mutex_);
-          auto lease = leases_.find(s.lease);  // a lost reader's lease ends with it
-          if (lease == leases_.end()) throw BufferError("RDMA: the lease ended before its Stage");
-          Region& region = regions_.at(lease->second.region);  // leased: never retired
+          std::lock_guard lock(mutex_);  // a lost reader's lease ends with it
+          Region& region = leasedRegion(s.lease).second;
           mirror = region.staging;
           device = region.base;
         }
@@ -135,13 +125,7 @@ void RdmaModule::startStages(std::vector<StageRequest> start) {
         replyWith(*proc_, s.request, crown::detail::Unit{});
       } catch (...) {
         // The reader hears (and Unstages nothing): the hold goes back here.
-        std::vector<StageRequest> next;
-        {
-          std::lock_guard lock(mutex_);
-          if (auto lease = leases_.find(s.lease); lease != leases_.end()) {
-            unlockStage(regions_.at(lease->second.region), lease->second, false, false, next);
-          }
-        }
+        std::vector<StageRequest> next = unlockStageOf(s.lease, false);
         proc_->replyFailure(s.request, std::current_exception());
         startStages(std::move(next));
       }
@@ -151,13 +135,7 @@ void RdmaModule::startStages(std::vector<StageRequest> start) {
 
 void RdmaModule::unstage(const wire::Envelope& request, const Unstage& unstage) {
   auto finish = [this, request, unstage](std::exception_ptr failure) {
-    std::vector<StageRequest> next;
-    {
-      std::lock_guard lock(mutex_);
-      if (auto lease = leases_.find(unstage.lease); lease != leases_.end()) {
-        unlockStage(regions_.at(lease->second.region), lease->second, unstage.write, false, next);
-      }
-    }
+    std::vector<StageRequest> next = unlockStageOf(unstage.lease, unstage.write);
     if (failure) {
       proc_->replyFailure(request, failure);
     } else {
@@ -173,10 +151,8 @@ void RdmaModule::unstage(const wire::Envelope& request, const Unstage& unstage) 
       char *mirror = nullptr, *device = nullptr;
       {
         std::lock_guard lock(mutex_);
-        auto lease = leases_.find(unstage.lease);
-        if (lease == leases_.end()) throw BufferError("RDMA: the lease ended before its Unstage");
-        Region& region = regions_.at(lease->second.region);
-        if (!lease->second.stagedWrite) throw ProtocolError("RDMA: an Unstage with no Stage");
+        auto [lease, region] = leasedRegion(unstage.lease);
+        if (!lease.stagedWrite) throw ProtocolError("RDMA: an Unstage with no Stage");
         if (unstage.bytes > region.bytes) throw BufferError("RDMA: an Unstage past the end");
         mirror = region.staging;
         device = region.base;

@@ -117,7 +117,11 @@ RdmaModule::Route RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, boo
   if (held.revoked || bytes > held.bytes || (write && !held.writable)) return {};
   ++held.inFlight;
   ++inFlight_;
-  return Route{it->second, held.staged, cmaRefused_.contains(buffer.owner()) ? 0 : held.pid};
+  return routeOf(buffer.owner(), it->second, held);
+}
+
+RdmaModule::Route RdmaModule::routeOf(Rank owner, std::uint64_t lease, const Held& held) const {
+  return Route{lease, held.staged, cmaRefused_.contains(owner) ? 0 : held.pid};
 }
 
 RdmaModule::Route RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
@@ -134,7 +138,7 @@ RdmaModule::Route RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
   held.cached = cached_.emplace(std::make_pair(buffer.owner(), buffer.id()), grant.lease).second;
   held_.emplace(LeaseKey{buffer.owner(), grant.lease}, held);
   ++inFlight_;
-  return Route{grant.lease, held.staged, cmaRefused_.contains(buffer.owner()) ? 0 : held.pid};
+  return routeOf(buffer.owner(), grant.lease, held);
 }
 
 void RdmaModule::endTransfer(Rank owner, std::uint64_t lease) {
@@ -233,13 +237,7 @@ void RdmaModule::moveBytes(const Buffer& buffer, Route route, char* local, std::
       .then([this, buffer, lease, local, bytes, write, user, deadline, release,
              started](Future<void> done) {
         if (started != 0) traceTransfer(proc_->rank(), buffer, bytes, write, started);
-        std::exception_ptr outcome;
-        try {
-          done.get();
-        } catch (...) {
-          outcome = std::current_exception();
-        }
-        settle(buffer, lease, local, bytes, write, user, deadline, release, outcome);
+        settle(buffer, lease, local, bytes, write, user, deadline, release, errorOf(done));
       });
 }
 
@@ -304,16 +302,8 @@ Future<void> RdmaModule::hostMove(MpiService& mpi, Rank owner, int pid, std::uin
   // copy. Larger ones on the pool, so that the caller's future is a future.
   if (bytes <= kInlineCopyBytes) return copy();
   auto done = std::make_shared<UserState>();
-  pool_->post([copy, done] {
-    copy().then([done](Future<void> moved) {
-      try {
-        moved.get();
-      } catch (...) {
-        return done->setError(std::current_exception());
-      }
-      done->setValue({});
-    });
-  });
+  pool_->post(
+      [copy, done] { copy().then([done](Future<void> moved) { completeAs(*done, moved); }); });
   return Future<void>(done);
 }
 

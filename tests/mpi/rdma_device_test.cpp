@@ -8,15 +8,13 @@
 // (CROWN_RDMA_WINDOW=0, CROWN_TEST_EXPECT_WINDOW=0: no mirror, copies).
 #include <sys/mman.h>
 
-#include <crown/actor/agent.h>
 #include <crown/rdma/device_memory.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 
-#include "support/mpi_harness.h"
+#include "rdma_test_support.h"
 
 namespace crown::testing {
 namespace {
@@ -78,10 +76,6 @@ const bool kRegistered = [] {
   rdma::registerDeviceMemory(std::shared_ptr<rdma::DeviceMemory>(&device(), [](auto*) {}));
   return true;
 }();
-
-std::uint8_t patternAt(std::size_t i, std::uint8_t seed) {
-  return static_cast<std::uint8_t>(i * 131 + seed + (i >> 16));
-}
 
 // A host vector and the device memory it is copied to or from.
 std::vector<std::uint8_t> pattern(std::size_t bytes, std::uint8_t seed) {
@@ -166,7 +160,6 @@ class DeviceHolder : public Actor {
   DeviceHolder() {
     handle<Publish>([this](const Publish& p) {
       memory_ = device().allocate(p.bytes);
-      bytes_ = p.bytes;
       auto host = pattern(p.bytes, p.seed);
       device().copy(memory_, host.data(), p.bytes);
       buffer_ = rdma::Buffer::registerMemory(memory_, p.bytes);
@@ -205,14 +198,8 @@ class DeviceHolder : public Actor {
 
  private:
   void* memory_ = nullptr;  // the stand-in never frees: nothing to give back
-  std::size_t bytes_ = 0;
   rdma::Buffer buffer_;
 };
-
-bool expectWindow() {
-  const char* v = std::getenv("CROWN_TEST_EXPECT_WINDOW");
-  return v == nullptr || std::string(v) != "0";
-}
 
 class RdmaDeviceTest : public ::testing::Test {
  protected:
@@ -224,9 +211,7 @@ class RdmaDeviceTest : public ::testing::Test {
   void TearDown() override {
     for (auto& h : holders_) {
       try {
-        Proc::current()
-            .request<void>({h.id().rank, kAgentLocalId}, agent::StopActor{h.id().local})
-            .get(10s);
+        stopActor(h.id());
       } catch (const std::exception&) {
         // stopped by the test already
       }
