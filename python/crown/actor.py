@@ -39,7 +39,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
-from . import _crown, _pickle, _placement, _runtime, _supervision
+from . import _crown, _pickle, _placement, _runtime, _sent, _supervision
 from ._shape import Slice
 from ._supervision import MeshFailure
 
@@ -803,32 +803,41 @@ class EndpointRef:
         Future gives that ValueMesh without raising."""
         mesh = self._mesh
         if self._ported:
-            replies = _PortedReplies(self, mesh._shape.ranks(), (args, kwargs))
-            replies.watch_stream(_crown.cast_stream(
-                mesh._shape, mesh._local, replies.payload(args, kwargs, "call")))
+            replies = _PortedReplies(self, mesh._shape.ranks())
+            with _sent.collecting() as sent:
+                payload = replies.payload(args, kwargs, "call")
+            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+            _hold_until_handled(sent, mesh)
             every = Future(lambda timeout: ValueMesh(mesh._shape, replies.entries(timeout)))
             future = Future(lambda timeout: _all_succeeded(every.get(timeout)))
             future._mesh = every
             return future
-        pending = _crown.cast_call(mesh._shape, mesh._local, self._payload(args, kwargs, "call"))
-        # _kept: the arguments live as long as the Future, so that a mesh tensor
-        # among them is not deleted on its engines before the actors read it.
-        replies = Future(lambda timeout, _kept=(args, kwargs):
+        with _sent.collecting() as sent:
+            payload = self._payload(args, kwargs, "call")
+        pending = _crown.cast_call(mesh._shape, mesh._local, payload)
+        _sent.hold(sent, pending.done)
+        replies = Future(lambda timeout:
                          ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
         future = Future(lambda timeout: _all_succeeded(replies.get(timeout)))
         future._mesh = replies
         return future
 
     def _ported_direct(self, rank: int, args, kwargs, adverb: str) -> Future:
-        replies = _PortedReplies(self, [rank], (args, kwargs))
-        parts = replies.payload(args, kwargs, adverb, parts=True)
-        replies.watch_request(rank, _crown.request(rank, self._mesh._local, *parts))
+        replies = _PortedReplies(self, [rank])
+        with _sent.collecting() as sent:
+            parts = replies.payload(args, kwargs, adverb, parts=True)
+        pending = _crown.request(rank, self._mesh._local, *parts)
+        _sent.hold(sent, pending.done)  # done when the endpoint returns: it has read them
+        replies.watch_request(rank, pending)
         return Future(lambda timeout: replies.one(rank, timeout))
 
-    def _direct(self, rank: int, parts, kept) -> Future:
+    def _direct(self, rank: int, args, kwargs, adverb: str) -> Future:
+        with _sent.collecting() as sent:
+            parts = self._parts(args, kwargs, adverb)
         pending = _crown.request(rank, self._mesh._local, *parts)
+        _sent.hold(sent, pending.done)
 
-        def wait(timeout, _kept=kept):  # the arguments live as long as the Future (call())
+        def wait(timeout):
             try:
                 payload = pending.get(timeout)
             except _crown.ActorStoppedError as e:
@@ -857,15 +866,14 @@ class EndpointRef:
             self._only_rank = shape.ranks()[0]
         if self._ported:
             return self._ported_direct(self._only_rank, args, kwargs, "call_one")
-        return self._direct(self._only_rank, self._parts(args, kwargs, "call_one"), (args, kwargs))
+        return self._direct(self._only_rank, args, kwargs, "call_one")
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
         if self._ported:
             return self._ported_direct(_crown.choose_rank(self._mesh._shape), args, kwargs,
                                        "choose")
-        parts = self._parts(args, kwargs, "choose")
-        return self._direct(_crown.choose_rank(self._mesh._shape), parts, (args, kwargs))
+        return self._direct(_crown.choose_rank(self._mesh._shape), args, kwargs, "choose")
 
     def stream(self, *args, **kwargs) -> Iterator[Future]:
         """Casts now and yields one Future per actor (Monarch's
@@ -874,13 +882,17 @@ class EndpointRef:
         TimeoutError when it has not come, and can be tried again."""
         mesh = self._mesh
         if self._ported:
-            replies = _PortedReplies(self, mesh._shape.ranks(), (args, kwargs))
-            replies.watch_stream(_crown.cast_stream(
-                mesh._shape, mesh._local, replies.payload(args, kwargs, "stream")))
+            replies = _PortedReplies(self, mesh._shape.ranks())
+            with _sent.collecting() as sent:
+                payload = replies.payload(args, kwargs, "stream")
+            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+            _hold_until_handled(sent, mesh)
             return (Future(functools.partial(replies.take, k)) for k in range(len(mesh._shape)))
-        pending = _crown.cast_stream(mesh._shape, mesh._local,
-                                     self._payload(args, kwargs, "stream"))
-        arrivals = _Arrivals(self, pending, (args, kwargs))
+        with _sent.collecting() as sent:
+            payload = self._payload(args, kwargs, "stream")
+        pending = _crown.cast_stream(mesh._shape, mesh._local, payload)
+        _hold_until_handled(sent, mesh)
+        arrivals = _Arrivals(self, pending)
         return (Future(functools.partial(arrivals.take, k)) for k in range(len(mesh._shape)))
 
     def rref(self, *args, **kwargs):
@@ -899,14 +911,16 @@ class EndpointRef:
 
     def broadcast(self, *args, **kwargs) -> None:
         """Sends to every actor; no replies. A mesh tensor among the arguments
-        must stay alive until the actors have read it (until a later call to
-        them returns, say): nothing here knows when they have."""
+        lives until every actor has read its shard, however soon the caller
+        lets go of it."""
         mesh = self._mesh
-        if self._ported:  # a port that drops values and raises an exception sent to it
-            payload = _ported_payload(self, _DroppingPort(), args, kwargs, "broadcast")
-        else:
-            payload = self._payload(args, kwargs, "broadcast")
+        with _sent.collecting() as sent:
+            if self._ported:  # a port that drops values and raises an exception sent to it
+                payload = _ported_payload(self, _DroppingPort(), args, kwargs, "broadcast")
+            else:
+                payload = self._payload(args, kwargs, "broadcast")
         _crown.cast_broadcast(mesh._shape, mesh._local, payload)
+        _hold_until_handled(sent, mesh)
 
 
 class _Arrivals:
@@ -914,9 +928,8 @@ class _Arrivals:
     futures of EndpointRef.stream: future k takes reply k, whichever future
     is waited on first."""
 
-    def __init__(self, ref: EndpointRef, pending, kept):
+    def __init__(self, ref: EndpointRef, pending):
         self._ref, self._pending = ref, pending
-        self._kept = kept  # the arguments live as long as the stream (call())
         self._lock = threading.Lock()
         self._arrived: List[Any] = []
 
@@ -961,10 +974,12 @@ class Accumulator:
     def accumulate(self, *args, **kwargs) -> Future:
         ref = self._endpoint
         mesh = ref._mesh
-        pending = _crown.cast_reduce(mesh._shape, mesh._local,
-                                     ref._payload(args, kwargs, "accumulate"), self._key)
+        with _sent.collecting() as sent:
+            payload = ref._payload(args, kwargs, "accumulate")
+        pending = _crown.cast_reduce(mesh._shape, mesh._local, payload, self._key)
+        _sent.hold(sent, pending.done)
 
-        def wait(timeout, _kept=(args, kwargs)):  # the arguments live as long as the Future
+        def wait(timeout):
             outcome = pending.get(timeout)  # MeshError when a member or a fold failed
             return self._combine(self._identity, _pickle.loads(outcome[1:]))
 
@@ -1112,6 +1127,16 @@ class _DroppingPort(Port):
         return (_DroppingPort, ())
 
 
+def _hold_until_handled(sent: List[Any], mesh) -> None:
+    """Keeps the mesh tensors of a message with no reply of its own (sent)
+    until every actor of mesh has handled it: a probe cast after it answers
+    once each actor has handled what came before (ORD-1)."""
+    if sent:
+        probe = _crown.cast_call(mesh._shape, mesh._local,
+                                 _pickle.dumps((_runtime.PROBE, (), {})))
+        _sent.hold(sent, probe.done)
+
+
 def _ported_payload(ref: "EndpointRef", port: Port, args, kwargs, adverb: str,
                     parts: bool = False):
     """A ported endpoint's call: the port goes first, before the caller's arguments."""
@@ -1145,10 +1170,9 @@ class _PortedReplies:
     member's outcome. A member that lives and never replies is waited for
     (get(timeout) bounds the wait)."""
 
-    def __init__(self, ref: "EndpointRef", ranks: List[int], kept):
+    def __init__(self, ref: "EndpointRef", ranks: List[int]):
         self._ref = ref
         self._actor = ref._mesh._name
-        self._kept = kept  # the arguments live as long as the call (as call()'s)
         self._queue: "queue.Queue" = queue.Queue()
         local = _port_actor_id()
         port_id = next(_next_port)

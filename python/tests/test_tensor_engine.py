@@ -193,6 +193,14 @@ class ShardUser(Actor):
         return float(shard.sum())
 
     @endpoint
+    def keep(self, shard):
+        self.__dict__.setdefault("sums", []).append(float(shard.sum()))
+
+    @endpoint
+    def kept(self):
+        return self.__dict__.get("sums", [])
+
+    @endpoint
     def make(self, n):
         rank = current_rank().rank
         return torch.full((n,), float(rank))
@@ -224,6 +232,34 @@ def test_a_tensor_made_for_a_call_lives_until_the_call_is_answered():
     procs.tensors().flush()  # what the controller dropped goes to the engines now
     totals = pending.get(timeout=30)
     assert sorted(totals.values()) == [16.0] * 4
+
+
+def test_a_tensor_sent_with_no_future_kept_lives_until_every_actor_has_read_it():
+    from crown import _sent
+
+    procs = grid()
+    mesh = procs.tensors()
+    users = procs.spawn("lent-shard-users", ShardUser)
+    with procs.activate():
+        x = torch.ones(8, dtype=torch.float64)
+    before = mesh.backend.sync()
+    users.busy.broadcast(0.5)  # the actors read their shards after this
+    # Temporaries that the caller drops at once, with every adverb's Future.
+    users.keep.broadcast(x * 2)
+    users.keep.call(x * 3)
+    users.keep.stream(x * 4)
+    users.slice(dp=0, tp=1).keep.call_one(x * 5)
+    procs.tensors().flush()  # what the controller dropped goes to the engines now
+    sums = users.kept.call().get(timeout=30)
+    for point, got in sums.items():
+        want = [16.0, 24.0, 32.0] + ([40.0] if (point["dp"], point["tp"]) == (0, 1) else [])
+        assert got == want, (point, got)
+    # Once the actors have read them, the tensors die and their refs go.
+    procs.tensors().flush()
+    assert _sent.held() == 0
+    after = mesh.backend.sync()
+    for b, a in zip(before, after):
+        assert a["refs"] <= b["refs"], (before, after)
 
 
 def test_slice_mesh_and_to_mesh_hand_shards_to_meshes_of_the_same_procs():

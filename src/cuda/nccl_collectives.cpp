@@ -1,6 +1,7 @@
 // NcclCollectives: a device tensor's collective over NCCL, once the engine's
 // members agreed over MPI on its element count and type (tensor/collectives.h).
 #include "cuda/nccl_collectives.h"
+#include "cuda/nccl_wait.h"
 
 #include <chrono>
 #include <climits>
@@ -28,31 +29,43 @@ namespace detail {
 
 std::optional<ncclDataType_t> ncclType(ScalarType type) {
   switch (type) {
-    case ScalarType::i8: return ncclInt8;
-    case ScalarType::u8: return ncclUint8;
-    case ScalarType::i32: return ncclInt32;
-    case ScalarType::i64: return ncclInt64;
-    case ScalarType::f16: return ncclFloat16;
+    case ScalarType::i8:
+      return ncclInt8;
+    case ScalarType::u8:
+      return ncclUint8;
+    case ScalarType::i32:
+      return ncclInt32;
+    case ScalarType::i64:
+      return ncclInt64;
+    case ScalarType::f16:
+      return ncclFloat16;
     case ScalarType::bf16:
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
       return ncclBfloat16;
 #else
       return std::nullopt;
 #endif
-    case ScalarType::f32: return ncclFloat32;
-    case ScalarType::f64: return ncclFloat64;
+    case ScalarType::f32:
+      return ncclFloat32;
+    case ScalarType::f64:
+      return ncclFloat64;
     case ScalarType::boolean:
-    case ScalarType::i16: return std::nullopt;
+    case ScalarType::i16:
+      return std::nullopt;
   }
   return std::nullopt;
 }
 
 NcclReduction ncclReduction(Reduction reduction, int version) {
   switch (reduction) {
-    case Reduction::sum: return {ncclSum, false};
-    case Reduction::min: return {ncclMin, false};
-    case Reduction::max: return {ncclMax, false};
-    case Reduction::product: return {ncclProd, false};
+    case Reduction::sum:
+      return {ncclSum, false};
+    case Reduction::min:
+      return {ncclMin, false};
+    case Reduction::max:
+      return {ncclMax, false};
+    case Reduction::product:
+      return {ncclProd, false};
     case Reduction::avg:
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
       // ncclAvg divides as the CPU path does: floating types exactly
@@ -74,10 +87,13 @@ std::vector<std::int64_t> resultShape(CollectiveKind kind, std::vector<std::int6
                   "reduceScatter: dimension 0 must split evenly into the members");
       shape[0] /= n;
       break;
-    case CollectiveKind::allgather: shape.insert(shape.begin(), n); break;
+    case CollectiveKind::allgather:
+      shape.insert(shape.begin(), n);
+      break;
     case CollectiveKind::allreduce:
     case CollectiveKind::alltoall:
-    case CollectiveKind::broadcast: break;
+    case CollectiveKind::broadcast:
+      break;
   }
   return shape;
 }
@@ -104,7 +120,8 @@ struct DeviceBlock final : tensor::Owner {
 // A new contiguous tensor on `device` (the current device must be it).
 LocalTensor allocateOn(const Device& device, ScalarType type, std::vector<std::int64_t> shape) {
   auto block = std::make_shared<DeviceBlock>();
-  std::size_t bytes = static_cast<std::size_t>(tensor::elementCount(shape)) * tensor::elementSize(type);
+  std::size_t bytes =
+      static_cast<std::size_t>(tensor::elementCount(shape)) * tensor::elementSize(type);
   if (bytes > 0) {
     cudaError_t code = cudaMalloc(&block->memory, bytes);
     if (code == cudaErrorMemoryAllocation) {
@@ -143,12 +160,18 @@ void divideAll(LocalTensor& host, std::size_t count) {
 }
 void divideOnHost(LocalTensor& host, std::size_t count) {
   switch (host.dtype()) {
-    case ScalarType::u8: return divideAll<std::uint8_t>(host, count);
-    case ScalarType::i8: return divideAll<std::int8_t>(host, count);
-    case ScalarType::i32: return divideAll<std::int32_t>(host, count);
-    case ScalarType::i64: return divideAll<std::int64_t>(host, count);
-    case ScalarType::f32: return divideAll<float>(host, count);
-    case ScalarType::f64: return divideAll<double>(host, count);
+    case ScalarType::u8:
+      return divideAll<std::uint8_t>(host, count);
+    case ScalarType::i8:
+      return divideAll<std::int8_t>(host, count);
+    case ScalarType::i32:
+      return divideAll<std::int32_t>(host, count);
+    case ScalarType::i64:
+      return divideAll<std::int64_t>(host, count);
+    case ScalarType::f32:
+      return divideAll<float>(host, count);
+    case ScalarType::f64:
+      return divideAll<double>(host, count);
     default:
       throw ConfigError(std::string("avg of ") + tensor::scalarName(host.dtype()) +
                         " needs NCCL >= 2.10 (ncclAvg)");
@@ -246,37 +269,39 @@ void NcclCollectives::initialise(Communicator& c, const CollectiveGroup& group, 
   c.device = device;
 }
 
-void NcclCollectives::wait(cudaStream_t s, Communicator& c) {
+void NcclCollectives::wait(cudaStream_t s, Communicator& c, const CollectiveGroup& group,
+                           const std::string& op) {
   // The engine runs one command at a time and the result must be complete
   // when run() returns (the next command, a fetch, reads it), so this waits
-  // for the stream. It polls instead of cudaStreamSynchronize: NCCL reports a
-  // lost peer or a network failure through ncclCommGetAsyncError while its
-  // kernels spin, and only an abort ends them, so a blocking wait would hang
-  // the engine for good (DLV-1).
-  auto fail = [&](std::string why) {
-    c.failed = why;
-    ncclCommAbort(c.comm);  // ends its kernels; the communicator is gone
-    c.comm = nullptr;
-    throw Error(why);
+  // for the stream. It polls instead of cudaStreamSynchronize, which would
+  // hang the engine for good on a lost peer (nccl_wait.h).
+  std::string failedAs;
+  detail::CollectiveWait waiting{
+      .finished = [&] { return cudaStreamQuery(s) == cudaSuccess; },
+      .failure = [&]() -> std::string {
+        cudaError_t code = cudaStreamQuery(s);
+        if (code != cudaSuccess && code != cudaErrorNotReady) {
+          cudaGetLastError();
+          return std::string("on the device: ") + cudaGetErrorString(code);
+        }
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t asked = ncclCommGetAsyncError(c.comm, &async);
+        if (asked != ncclSuccess) async = asked;
+        return async == ncclSuccess ? "" : ncclGetErrorString(async);
+      },
+      .members = group.members,
+      .alive = group.alive,
+      .abort =
+          [&] {
+            ncclCommAbort(c.comm);  // ends its kernels; the communicator is gone
+            c.comm = nullptr;
+          },
   };
-  auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-  for (;;) {
-    cudaError_t code = cudaStreamQuery(s);
-    if (code == cudaSuccess) return;
-    if (code != cudaErrorNotReady) {
-      cudaGetLastError();
-      fail(std::string("the NCCL collective failed on the device: ") + cudaGetErrorString(code));
-    }
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t asked = ncclCommGetAsyncError(c.comm, &async);
-    if (asked != ncclSuccess) async = asked;
-    if (async != ncclSuccess)
-      fail(std::string("the NCCL collective failed: ") + ncclGetErrorString(async));
-    if (std::chrono::steady_clock::now() < spinUntil) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+  try {
+    detail::awaitCollective(waiting, op);
+  } catch (const std::exception& e) {
+    c.failed = e.what();  // later collectives of this group fail at once, saying why
+    throw;
   }
 }
 
@@ -302,8 +327,8 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
       throw ConfigError(op + " of " + input.describe() +
                         ": NCCL takes contiguous device tensors; make it contiguous first");
     }
-    bool reduces = command.kind == CollectiveKind::allreduce ||
-                   command.kind == CollectiveKind::reduceScatter;
+    bool reduces =
+        command.kind == CollectiveKind::allreduce || command.kind == CollectiveKind::reduceScatter;
     if (auto t = detail::ncclType(input.dtype())) {
       type = *t;
     } else if (reduces) {
@@ -337,9 +362,8 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
     s = stream(device);
     // In place as the CPU path: the result is the source's own memory (so
     // every view of it sees the result) when the command says so.
-    bool inPlace = command.result == command.source &&
-                   (command.kind == CollectiveKind::allreduce ||
-                    command.kind == CollectiveKind::broadcast);
+    bool inPlace = command.result == command.source && (command.kind == CollectiveKind::allreduce ||
+                                                        command.kind == CollectiveKind::broadcast);
     out = inPlace ? input
                   : allocateOn(input.device(), input.dtype(),
                                detail::resultShape(command.kind, input.shape(), members));
@@ -352,8 +376,7 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
   // cannot take part, so that all of them fail or none enters NCCL. A member
   // alone has no one to wait for.
   std::int64_t failed = why.empty() ? kNone : static_cast<std::int64_t>(group.index);
-  if (members > 1)
-    group.mpi.allreduce(group.comm, &failed, 1, DType::i64, ReduceOp::min).get();
+  if (members > 1) group.mpi.allreduce(group.comm, &failed, 1, DType::i64, ReduceOp::min).get();
   if (failed != kNone) {
     if (!why.empty()) throw Error(why);
     throw Error(op + " not run: rank " +
@@ -374,8 +397,8 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
         CROWN_CHECK_NCCL(ncclAllReduce(send, recv, count, type, reduction.op, c->comm, s));
         break;
       case CollectiveKind::reduceScatter:
-        CROWN_CHECK_NCCL(ncclReduceScatter(send, recv, count / members, type, reduction.op,
-                                           c->comm, s));
+        CROWN_CHECK_NCCL(
+            ncclReduceScatter(send, recv, count / members, type, reduction.op, c->comm, s));
         break;
       case CollectiveKind::allgather:
         CROWN_CHECK_NCCL(ncclAllGather(send, recv, count, type, c->comm, s));
@@ -388,10 +411,10 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
         CROWN_CHECK_NCCL(ncclGroupStart());
         try {
           for (std::size_t peer = 0; peer < members; ++peer) {
-            CROWN_CHECK_NCCL(ncclSend(send + peer * blockBytes, block, type,
-                                      static_cast<int>(peer), c->comm, s));
-            CROWN_CHECK_NCCL(ncclRecv(recv + peer * blockBytes, block, type,
-                                      static_cast<int>(peer), c->comm, s));
+            CROWN_CHECK_NCCL(ncclSend(send + peer * blockBytes, block, type, static_cast<int>(peer),
+                                      c->comm, s));
+            CROWN_CHECK_NCCL(ncclRecv(recv + peer * blockBytes, block, type, static_cast<int>(peer),
+                                      c->comm, s));
           }
         } catch (...) {
           ncclGroupEnd();
@@ -401,8 +424,8 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
         break;
       }
       case CollectiveKind::broadcast:
-        CROWN_CHECK_NCCL(ncclBroadcast(send, recv, count, type, static_cast<int>(command.root),
-                                       c->comm, s));
+        CROWN_CHECK_NCCL(
+            ncclBroadcast(send, recv, count, type, static_cast<int>(command.root), c->comm, s));
         break;
     }
   } catch (const Error& e) {
@@ -413,7 +436,7 @@ LocalTensor NcclCollectives::run(const tensor::Collective& command, const Collec
     c->comm = nullptr;
     throw;
   }
-  wait(s, *c);
+  wait(s, *c, group, op);
   if (reduction.divideAfter && command.reduction == Reduction::avg) {
     LocalTensor host = toHost(out);
     divideOnHost(host, members);

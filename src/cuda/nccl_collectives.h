@@ -45,8 +45,8 @@ NcclReduction ncclReduction(tensor::Reduction reduction, int version);
 
 /// The shape of `kind`'s result for an input of `shape` over `members`
 /// (allgather stacks on a new dimension 0, reduceScatter keeps a block).
-std::vector<std::int64_t> resultShape(tensor::CollectiveKind kind,
-                                      std::vector<std::int64_t> shape, std::size_t members);
+std::vector<std::int64_t> resultShape(tensor::CollectiveKind kind, std::vector<std::int64_t> shape,
+                                      std::size_t members);
 
 /// A contiguous copy of the CPU tensor `host` on CUDA device `device`
 /// (cudaMalloc'd, freed with its last LocalTensor). Throws crown::Error
@@ -67,16 +67,18 @@ class NcclCollectives final : public tensor::DeviceCollectives {
 
  private:
   struct Communicator {
-    std::mutex mutex;         // held while it is made
+    std::mutex mutex;  // held while it is made
     ncclComm_t comm = nullptr;
-    int device = -1;          // the CUDA device it was made on
-    std::string failed;       // why it is unusable ("" when it is fine)
+    int device = -1;     // the CUDA device it was made on
+    std::string failed;  // why it is unusable ("" when it is fine)
   };
   std::shared_ptr<Communicator> communicator(std::uint32_t commId);
   void initialise(Communicator& c, const tensor::CollectiveGroup& group, int device);
   cudaStream_t stream(int device);
-  // Waits for `stream`, watching `c` for NCCL's asynchronous errors.
-  void wait(cudaStream_t stream, Communicator& c);
+  // Waits for `stream`, watching `c` for NCCL's asynchronous errors and
+  // `group` for lost members; either aborts `c` (nccl_wait.h).
+  void wait(cudaStream_t stream, Communicator& c, const tensor::CollectiveGroup& group,
+            const std::string& op);
   int version();
 
   std::mutex mutex_;

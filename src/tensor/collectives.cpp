@@ -16,10 +16,14 @@ namespace {
 ReduceOp mpiReduce(Reduction reduction) {
   switch (reduction) {
     case Reduction::sum:
-    case Reduction::avg: return ReduceOp::sum;
-    case Reduction::min: return ReduceOp::min;
-    case Reduction::max: return ReduceOp::max;
-    case Reduction::product: return ReduceOp::prod;
+    case Reduction::avg:
+      return ReduceOp::sum;
+    case Reduction::min:
+      return ReduceOp::min;
+    case Reduction::max:
+      return ReduceOp::max;
+    case Reduction::product:
+      return ReduceOp::prod;
   }
   return ReduceOp::sum;
 }
@@ -28,9 +32,9 @@ ReduceOp mpiReduce(Reduction reduction) {
 void divideBy(LocalTensor& tensor, std::size_t count) {
   auto n = tensor.numel();
   switch (tensor.dtype()) {
-#define CROWN_DIVIDE(type, T)                                              \
-  case ScalarType::type:                                                   \
-    for (std::int64_t i = 0; i < n; ++i)                                   \
+#define CROWN_DIVIDE(type, T)                                                            \
+  case ScalarType::type:                                                                 \
+    for (std::int64_t i = 0; i < n; ++i)                                                 \
       tensor.data<T>()[i] = static_cast<T>(tensor.data<T>()[i] / static_cast<T>(count)); \
     return;
     CROWN_DIVIDE(u8, std::uint8_t)
@@ -40,7 +44,8 @@ void divideBy(LocalTensor& tensor, std::size_t count) {
     CROWN_DIVIDE(f32, float)
     CROWN_DIVIDE(f64, double)
 #undef CROWN_DIVIDE
-    default: throw ConfigError(std::string("avg of ") + scalarName(tensor.dtype()));
+    default:
+      throw ConfigError(std::string("avg of ") + scalarName(tensor.dtype()));
   }
 }
 
@@ -117,8 +122,9 @@ const Collectives::Group& Collectives::group(const std::vector<std::string>& dim
 Collectives::Outcome Collectives::run(const Collective& command, const RefTable::Value* source) {
   const char* op = collectiveName(command.kind);
   auto fail = [&](std::string message) {
-    return Outcome{{}, std::make_shared<const Failure>(
-                           Failure{op, proc_.rank(), std::move(message), {}, command.origin})};
+    return Outcome{{},
+                   std::make_shared<const Failure>(
+                       Failure{op, proc_.rank(), std::move(message), {}, command.origin})};
   };
   // A member lost: the front end raises it as a lost process (Python's
   // SupervisionError), naming the rank.
@@ -140,8 +146,8 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   RefTable::Poison local;
   LocalTensor input;
   if (!source) {
-    local = fail("its input (ref " + std::to_string(command.source) + ") is not defined here")
-                .failure;
+    local =
+        fail("its input (ref " + std::to_string(command.source) + ") is not defined here").failure;
   } else if (auto* poison = std::get_if<RefTable::Poison>(source)) {
     local = *poison;
   } else {
@@ -150,11 +156,12 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
       if (input.device().kind == DeviceKind::cpu) {
         mpiType(input.dtype());
       } else if (!findDeviceCollectives(input.device().kind)) {
-        throw ConfigError(input.describe() + " is on a GPU, and this build of crown has no GPU "
+        throw ConfigError(input.describe() +
+                          " is on a GPU, and this build of crown has no GPU "
                           "collectives (configure with CROWN_WITH_NCCL=ON)");
       }
-      bool blocks = command.kind == CollectiveKind::reduceScatter ||
-                    command.kind == CollectiveKind::alltoall;
+      bool blocks =
+          command.kind == CollectiveKind::reduceScatter || command.kind == CollectiveKind::alltoall;
       if (blocks && (input.dims() == 0 || input.shape()[0] % static_cast<std::int64_t>(g->size))) {
         throw ConfigError(std::string(op) + " of " + input.describe() +
                           ": dimension 0 must split evenly into " + std::to_string(g->size) +
@@ -195,12 +202,11 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   if (overlaps(command, g->size)) {
     // What the counts rest on must be as recorded: the type and the element
     // count (and, where the data goes in blocks of dimension 0, the shape).
-    bool blocks = command.kind == CollectiveKind::reduceScatter ||
-                  command.kind == CollectiveKind::alltoall;
-    if (!local &&
-        (input.device().kind != DeviceKind::cpu || input.dtype() != command.expectType ||
-         input.numel() != elementCount(command.expectShape) ||
-         (blocks && input.shape() != command.expectShape))) {
+    bool blocks =
+        command.kind == CollectiveKind::reduceScatter || command.kind == CollectiveKind::alltoall;
+    if (!local && (input.device().kind != DeviceKind::cpu || input.dtype() != command.expectType ||
+                   input.numel() != elementCount(command.expectShape) ||
+                   (blocks && input.shape() != command.expectShape))) {
       std::string recorded = scalarName(command.expectType);
       for (std::size_t i = 0; i < command.expectShape.size(); ++i)
         recorded += (i ? ", " : "[") + std::to_string(command.expectShape[i]);
@@ -228,8 +234,8 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   if (facts[0] != kNone) {
     // The root cause, from the lowest member that has one, to the others.
     Rank root = static_cast<Rank>(facts[0]);
-    auto index = static_cast<Rank>(
-        std::find(g->members.begin(), g->members.end(), root) - g->members.begin());
+    auto index = static_cast<Rank>(std::find(g->members.begin(), g->members.end(), root) -
+                                   g->members.begin());
     std::string cause(1024, '\0');
     if (facts[0] == me) {
       std::string text = local->describe();
@@ -259,14 +265,16 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   }
 }
 
-LocalTensor Collectives::move(const Collective& command, const Group& g,
-                              const LocalTensor& input) {
+LocalTensor Collectives::move(const Collective& command, const Group& g, const LocalTensor& input) {
   MpiService& mpi = proc_.mpi();
   if (input.device().kind != DeviceKind::cpu) {
     auto index = static_cast<std::size_t>(
         std::find(g.members.begin(), g.members.end(), proc_.rank()) - g.members.begin());
     return findDeviceCollectives(input.device().kind)
-        ->run(command, CollectiveGroup{mpi, g.comm, g.members, index}, input);
+        ->run(command,
+              CollectiveGroup{mpi, g.comm, g.members, index,
+                              [this](Rank member) { return proc_.alive(member); }},
+              input);
   }
   // In place when the command says so and the memory allows: then every
   // view of the source sees the result too, as torch's in-place ops do.
@@ -288,15 +296,15 @@ bool Collectives::overlaps(const Collective& command, std::size_t members) {
   if (!command.expected) return false;
   const auto& shape = command.expectShape;
   auto size = static_cast<std::int64_t>(members);
-  bool blocks = command.kind == CollectiveKind::reduceScatter ||
-                command.kind == CollectiveKind::alltoall;
+  bool blocks =
+      command.kind == CollectiveKind::reduceScatter || command.kind == CollectiveKind::alltoall;
   if (blocks && (shape.empty() || shape[0] % size != 0)) return false;
   if (command.kind == CollectiveKind::broadcast && (command.root < 0 || command.root >= size))
     return false;
   try {
     mpiType(command.expectType);
-    return elementCount(command.expectShape) * static_cast<std::int64_t>(
-                                                   elementSize(command.expectType)) <=
+    return elementCount(command.expectShape) *
+               static_cast<std::int64_t>(elementSize(command.expectType)) <=
            kOverlapBytes;
   } catch (const std::exception&) {
     return false;  // no MPI type: the agreement first, which says so on every member
@@ -353,10 +361,10 @@ Collectives::Posted Collectives::post(const Collective& command, const Group& g,
   throw ConfigError("unknown collective");
 }
 
-LocalTensor Collectives::finish(const Collective& command, const Group& g,
-                                const LocalTensor& input, LocalTensor out) {
-  bool reduces = command.kind == CollectiveKind::allreduce ||
-                 command.kind == CollectiveKind::reduceScatter;
+LocalTensor Collectives::finish(const Collective& command, const Group& g, const LocalTensor& input,
+                                LocalTensor out) {
+  bool reduces =
+      command.kind == CollectiveKind::allreduce || command.kind == CollectiveKind::reduceScatter;
   if (reduces && command.reduction == Reduction::avg) divideBy(out, g.size);
   if (command.kind == CollectiveKind::allreduce && command.result == command.source) {
     LocalTensor target = input;  // reduce_: the source's own memory, views and all

@@ -8,6 +8,7 @@
 // Registration is thread-safe; run() is called on the engine's thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,12 +19,15 @@ namespace crown::tensor {
 
 /// Where a collective runs: its MPI communicator (for bootstrapping the
 /// device's own, e.g. an ncclUniqueId over MPI_Bcast), its members as world
-/// ranks in group order, and this rank's index among them.
+/// ranks in group order, this rank's index among them, and whether crown
+/// still hears a member (a device collective waiting on a lost one ends,
+/// throwing ProcessLost: DLV-1).
 struct CollectiveGroup {
   MpiService& mpi;
   Comm comm;
   const std::vector<Rank>& members;
   std::size_t index = 0;
+  std::function<bool(Rank)> alive = [](Rank) { return true; };
 };
 
 class DeviceCollectives {

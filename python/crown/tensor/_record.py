@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .. import _sent
 from . import _execute
 from ._commands import REDUCTIONS, Call, Delete, Reduce
 from ._execute import Input
@@ -200,6 +201,7 @@ class Mesh:
             self.backend.record(SwitchStream(self._stream_id))
 
     def _send_deletes(self) -> None:
+        _sent.prune()  # tensors sent to actors that have read them die now
         if self._returns:
             returns, self._returns = self._returns, []
             for borrow in returns:
@@ -348,6 +350,7 @@ class Tensor(torch.Tensor):
                             "(ProcMesh.activate())")
         self._mesh._send_deletes()
         self._known = None  # the actor may write its shard
+        _sent.note(self)  # kept alive by the adverb sending it until the actors have read it
         return token(self._ref)
 
     def _needs_values(self, *args, **kwargs):

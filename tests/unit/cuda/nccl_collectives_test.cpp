@@ -7,6 +7,9 @@
 // tests/mpi/nccl_test.cpp runs several ranks).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "crown/cuda/device.h"
 #include "crown/cuda/nccl.h"
 #include "crown/mesh/sim.h"
@@ -14,6 +17,7 @@
 #include "crown/tensor/kernel.h"
 #include "crown/tensor/tensor_mesh.h"
 #include "cuda/nccl_collectives.h"
+#include "cuda/nccl_wait.h"
 
 namespace crown::cuda {
 namespace {
@@ -113,6 +117,71 @@ std::string messageOf(const std::function<void()>& fn) {
   return "(no crown::Error)";
 }
 
+// The wait for a collective's stream (nccl_wait.h), with stand-ins for the
+// stream, NCCL's error and crown's liveness: no GPU needed.
+struct FakeCollective {
+  std::vector<Rank> members{0, 1, 2, 3};
+  std::atomic<bool> finished{false};
+  std::atomic<bool> rank2Lost{false};
+  std::atomic<bool> ncclError{false};
+  std::atomic<int> aborts{0};
+  detail::CollectiveWait waitFor() {
+    return detail::CollectiveWait{
+        .finished = [this] { return finished.load(); },
+        .failure = [this]() -> std::string { return ncclError ? "unhandled system error" : ""; },
+        .members = members,
+        .alive = [this](Rank r) { return !(r == 2 && rank2Lost); },
+        .abort = [this] { ++aborts; },
+        .liveEvery = std::chrono::microseconds(200),
+    };
+  }
+};
+
+// A member that dies inside the collective: NCCL never says so (its kernels
+// spin), crown's failure detection does, and the wait aborts and names it.
+TEST(NcclWait, AMemberCrownLosesEndsTheWaitWithProcessLostAndAnAbort) {
+  FakeCollective c;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(30ms);
+    c.rank2Lost = true;
+  });
+  auto start = std::chrono::steady_clock::now();
+  try {
+    detail::awaitCollective(c.waitFor(), "NCCL allreduce");
+    ADD_FAILURE() << "the wait ended as if the collective had finished";
+  } catch (const ProcessLost& e) {
+    EXPECT_EQ(e.rank(), 2u);
+    EXPECT_NE(std::string(e.what()).find("lost during NCCL allreduce"), std::string::npos)
+        << e.what();
+  }
+  killer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(c.aborts, 1);
+}
+
+TEST(NcclWait, AnErrorNcclReportsEndsTheWaitWithItsTextAndAnAbort) {
+  FakeCollective c;
+  std::thread failer([&] {
+    std::this_thread::sleep_for(10ms);
+    c.ncclError = true;
+  });
+  std::string why = messageOf([&] { detail::awaitCollective(c.waitFor(), "NCCL broadcast"); });
+  failer.join();
+  EXPECT_EQ(why, "NCCL broadcast failed: unhandled system error");
+  EXPECT_EQ(c.aborts, 1);
+}
+
+TEST(NcclWait, AFinishedCollectiveReturnsWithNoAbort) {
+  FakeCollective c;
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(5ms);
+    c.finished = true;
+  });
+  detail::awaitCollective(c.waitFor(), "NCCL allgather");
+  finisher.join();
+  EXPECT_EQ(c.aborts, 0);
+}
+
 class NcclWithoutGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -133,22 +202,24 @@ TEST_F(NcclWithoutGpu, ToHostFailsSayingThereIsNoDevice) {
 
 TEST_F(NcclWithoutGpu, RunFailsSayingThereIsNoDeviceForEveryCollective) {
   auto t = labelledCuda(LocalTensor::zeros(ScalarType::f32, {4}));
-  for (auto kind : {CollectiveKind::allreduce, CollectiveKind::reduceScatter,
-                    CollectiveKind::allgather, CollectiveKind::alltoall,
-                    CollectiveKind::broadcast}) {
+  for (auto kind :
+       {CollectiveKind::allreduce, CollectiveKind::reduceScatter, CollectiveKind::allgather,
+        CollectiveKind::alltoall, CollectiveKind::broadcast}) {
     Collective command;
     command.kind = kind;
     command.source = 1;
     command.result = 2;
-    std::string why =
-        messageOf([&] { nccl.run(command, CollectiveGroup{mpi, Comm(3), members, 0}, t); });
+    std::string why = messageOf([&] {
+      nccl.run(command, CollectiveGroup{mpi, Comm(3), members, 0}, t);
+    });
     EXPECT_NE(why.find(std::string("NCCL ") + collectiveName(kind)), std::string::npos) << why;
     EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
   }
 }
 
 TEST_F(NcclWithoutGpu, ToDeviceFailsSayingThereIsNoDevice) {
-  std::string why = messageOf([] { detail::toDevice(LocalTensor::zeros(ScalarType::f64, {2}), 0); });
+  std::string why =
+      messageOf([] { detail::toDevice(LocalTensor::zeros(ScalarType::f64, {2}), 0); });
   EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
 }
 
@@ -210,15 +281,16 @@ TEST_F(NcclOnOneGpu, EveryCollectiveOfOneMemberIsItsInput) {
   auto host = LocalTensor::allocate(ScalarType::f32, {4, 2});
   for (int i = 0; i < 8; ++i) host.data<float>()[i] = static_cast<float>(i + 1);
   auto onGpu = detail::toDevice(host, 0);
-  for (auto kind : {CollectiveKind::allreduce, CollectiveKind::reduceScatter,
-                    CollectiveKind::allgather, CollectiveKind::alltoall,
-                    CollectiveKind::broadcast}) {
+  for (auto kind :
+       {CollectiveKind::allreduce, CollectiveKind::reduceScatter, CollectiveKind::allgather,
+        CollectiveKind::alltoall, CollectiveKind::broadcast}) {
     for (auto reduction : {Reduction::sum, Reduction::avg, Reduction::max}) {
       auto out = run(kind, reduction, onGpu);
       EXPECT_EQ(out.device().kind, DeviceKind::cuda);
       auto back = nccl.toHost(out);
       ASSERT_EQ(back.numel(), 8) << collectiveName(kind);
-      for (int i = 0; i < 8; ++i) EXPECT_EQ(back.data<float>()[i], i + 1.0f) << collectiveName(kind);
+      for (int i = 0; i < 8; ++i)
+        EXPECT_EQ(back.data<float>()[i], i + 1.0f) << collectiveName(kind);
     }
   }
   EXPECT_EQ(run(CollectiveKind::allgather, Reduction::sum, onGpu).shape(),
@@ -227,8 +299,7 @@ TEST_F(NcclOnOneGpu, EveryCollectiveOfOneMemberIsItsInput) {
 
 TEST_F(NcclOnOneGpu, ABoolTensorIsRefusedForAReductionButMovesAsBytes) {
   auto onGpu = detail::toDevice(LocalTensor::zeros(ScalarType::boolean, {4}), 0);
-  std::string why =
-      messageOf([&] { run(CollectiveKind::allreduce, Reduction::sum, onGpu); });
+  std::string why = messageOf([&] { run(CollectiveKind::allreduce, Reduction::sum, onGpu); });
   EXPECT_NE(why.find("NCCL has no bool type"), std::string::npos) << why;
   EXPECT_EQ(run(CollectiveKind::allgather, Reduction::sum, onGpu).shape(),
             (std::vector<std::int64_t>{1, 4}));
