@@ -21,8 +21,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <set>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -159,9 +159,11 @@ class MpiService final : public crown::MpiService {
   std::atomic<std::size_t> draining_{0};
   std::atomic<bool> hasWindow_{false};
   std::atomic<bool> cudaAware_{false};
-  std::atomic<std::size_t> attached_{0};  // regions attached to window_
+  std::atomic<std::size_t> attached_{0};         // regions attached to window_
   std::atomic<std::size_t> transfersActive_{0};  // windowGet/windowPut started, not yet dropped
-  Clock::time_point lastTransferEnd_{};  // the service thread's: when the last one ended
+  Clock::time_point lastTransferEnd_{};          // the service thread's: when the last one ended
+  Clock::time_point lastMoved_{};    // the service thread's: when an operation last moved
+  bool collectivesInFlight() const;  // the service thread's: typed_ holds a collective
   // The service thread's own.
   MPI_Win window_ = MPI_WIN_NULL;
   MPI_Comm windowComm_ = MPI_COMM_NULL;  // the world's, for the progress probe

@@ -61,6 +61,34 @@ void raiseOpenFileLimit() {
   }
 }
 
+// Open MPI's nonblocking allreduce (libnbc), which the MPI service thread
+// runs for every CPU reduce (THR-1), picks a binomial tree for 4 ranks at
+// every size by default: 0.7-0.8x the blocking MPI_Allreduce from 1 MiB up
+// here, where Rabenseifner's reduce-scatter + allgather measured 1.0-1.4x
+// of it (bench/README.md). libnbc falls back by itself where Rabenseifner
+// does not apply (fewer elements than ranks). The variable is writable at
+// run time (MPI_T), so this works when mpi4py began MPI too; a value the
+// user chose (mpirun --mca, the environment, a parameter file) is not 0 and
+// stays. Another MPI has no such variable: nothing happens.
+void tuneNonblockingAllreduce() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return;
+  int index = -1;
+  MPI_T_cvar_handle handle = nullptr;
+  int count = 0;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+    int algorithm = -1;
+    if (count == 1 && MPI_T_cvar_read(handle, &algorithm) == MPI_SUCCESS && algorithm == 0) {
+      int rabenseifner = 3;
+      if (MPI_T_cvar_write(handle, &rabenseifner) == MPI_SUCCESS)
+        log::get().debug("MPI: libnbc's iallreduce set to Rabenseifner's algorithm");
+    }
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+}
+
 // Step 1: MPI, or the MPI mpi4py already initialised (its owner finalises
 // it); a communicator of crown's own; rank, size and the ranks of this host.
 bool startMpi(int* argc, char*** argv, MPI_Comm& comm, Topology& topo) {
@@ -77,6 +105,7 @@ bool startMpi(int* argc, char*** argv, MPI_Comm& comm, Topology& topo) {
                          " but crown needs MPI_THREAD_SERIALIZED or more (with mpi4py, leave "
                          "mpi4py.rc.thread_level at its default)");
   }
+  tuneNonblockingAllreduce();
   CROWN_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
   int rank = 0, size = 0;
   CROWN_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -183,8 +212,8 @@ std::vector<std::string> readRecords(const std::vector<RankRecord>& records, Top
       failures += "\n  rank " + std::to_string(r) + " (" + record.host + "): " + record.error;
     }
     topo.hostNames.emplace_back(record.host);
-    peers.emplace_back(record.address, std::min<std::size_t>(record.addressBytes,
-                                                             sizeof record.address));
+    peers.emplace_back(record.address,
+                       std::min<std::size_t>(record.addressBytes, sizeof record.address));
   }
   indexHosts(topo, topo.hostNames[topo.rank]);
   peers.resize(topo.slots);  // spare slots: vacant until a replacement joins
@@ -346,20 +375,19 @@ Runtime& Runtime::init(int* argc, char*** argv) {
 
 // The modules of every rank's Proc, in the same order on every rank.
 void Runtime::startProc(std::shared_ptr<const std::vector<std::string>> hosts,
-                        std::vector<Rank> lostBefore,
-                        std::unique_ptr<transport::Transport> fabric,
+                        std::vector<Rank> lostBefore, std::unique_ptr<transport::Transport> fabric,
                         std::vector<std::string> peers) {
-  Proc::Options procOptions{topology_.rank,
-                            topology_.slots,
-                            std::move(hosts),
-                            pool_,
-                            /*stopsPool=*/true,
-                            {detail::Lifecycle::factory(mpi_->service), mesh::meshModule(),
-                             rdma::rdmaModule(pool_), supervision::supervisionModule(),
-                             debug::debugModule()},
-                            mpi_->service,
-                            /*launched=*/topology_.size,
-                            std::move(lostBefore)};
+  Proc::Options procOptions{
+      topology_.rank,
+      topology_.slots,
+      std::move(hosts),
+      pool_,
+      /*stopsPool=*/true,
+      {detail::Lifecycle::factory(mpi_->service), mesh::meshModule(), rdma::rdmaModule(pool_),
+       supervision::supervisionModule(), debug::debugModule()},
+      mpi_->service,
+      /*launched=*/topology_.size,
+      std::move(lostBefore)};
   transport::Transport& links = *fabric;  // the Proc's from here on, which lives as long as this
   proc_ = std::make_unique<Proc>(procOptions, std::move(fabric), std::move(peers));
   g_runtime = this;
@@ -401,8 +429,6 @@ Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
 
 bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }
 
-bool Runtime::shuttingDown() const {
-  return proc_ && detail::Lifecycle::of(*proc_).shuttingDown();
-}
+bool Runtime::shuttingDown() const { return proc_ && detail::Lifecycle::of(*proc_).shuttingDown(); }
 
 }  // namespace crown

@@ -4,7 +4,10 @@
 // what the service thread does: it serves call() while a recv is pending,
 // makes every MPI call, sleeps when idle, and turns MPI errors into failed
 // futures. Losing a peer is in mpi_abandon_test.cpp (it kills a rank).
+#include <mpi.h>
+
 #include <atomic>
+#include <cstdlib>
 
 #include "mpi_probe.h"
 #include "support/mpi_harness.h"
@@ -160,6 +163,27 @@ TEST_F(MpiServiceTest, TheLoopSleepsWhenIdleAndBacksOffWhilePolling) {
   pending.get(5s);
   std::cout << "service thread CPU over 1 s: idle " << idle << " ticks, polling " << polling
             << " ticks (of " << ticksPerSecond << ")" << std::endl;
+}
+
+// Bootstrap sets Open MPI's nonblocking allreduce to Rabenseifner's
+// algorithm (runtime.cpp), unless the user chose one: ctest runs this once
+// as launched and once with OMPI_MCA_coll_libnbc_iallreduce_algorithm=1
+// (CROWN_TEST_EXPECT_IALLREDUCE says which to expect).
+TEST_F(MpiServiceTest, OpenMpisNonblockingAllreduceIsRabenseifnerUnlessTheUserChose) {
+  const char* expected = std::getenv("CROWN_TEST_EXPECT_IALLREDUCE");
+  int want = expected ? std::atoi(expected) : 3;
+  int algorithm = -1;
+  mpi().call([&] {  // MPI_T on the service thread too (THR-1)
+    int provided = 0, index = -1, count = 0;
+    MPI_T_cvar_handle handle = nullptr;
+    ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided), MPI_SUCCESS);
+    ASSERT_EQ(MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index), MPI_SUCCESS);
+    ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS);
+    EXPECT_EQ(MPI_T_cvar_read(handle, &algorithm), MPI_SUCCESS);
+    MPI_T_cvar_handle_free(&handle);
+    MPI_T_finalize();
+  });
+  EXPECT_EQ(algorithm, want);
 }
 
 TEST_F(MpiServiceTest, ErrorsFailTheirFutureAndTheServiceGoesOn) {
