@@ -128,7 +128,7 @@ def test_a_lost_member_is_preferred_over_one_that_raised():
     lost.rank, lost.host = 2, "node7"
     mesh = ValueMesh(shape, [(0, None, raised_here), (1, 1, None), (2, None, lost)])
     future = Future(lambda timeout: mesh)
-    checked = Future(lambda timeout: crown.actor._all_succeeded(future.get(timeout)))
+    checked = Future(lambda timeout: crown._values._all_succeeded(future.get(timeout)))
     with pytest.raises(SupervisionError) as caught:
         checked.get()
     error = caught.value

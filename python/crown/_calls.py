@@ -1,0 +1,274 @@
+"""Calling the actors of a mesh: EndpointRef and its adverbs (call,
+call_one, choose, stream, broadcast, rref), the stream's arrivals and the
+Accumulator (crown.actor re-exports the public ones). Mesh tensors among the
+arguments live until every actor has read them (crown/_sent.py)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+
+from . import _crown, _pickle, _runtime, _sent
+
+
+from ._endpoints import (ActorError, ActorStoppedError, _entry_error, _outcome,
+                         _supervision_error, _unpicklable, endpoint)
+from ._ports import _DroppingPort, _ported_payload, _PortedReplies
+from ._values import Future, ValueMesh, _all_succeeded
+
+if TYPE_CHECKING:
+    from .actor import ActorMesh
+
+
+SupervisionError = _crown.SupervisionError
+MeshError = _crown.MeshError
+
+
+class EndpointRef:
+    """An endpoint of every actor of a mesh, called through an adverb."""
+
+    def __init__(self, mesh: ActorMesh, name: str):
+        self._mesh = mesh
+        self._name = name
+        self._only_rank = None  # call_one's rank, once checked
+        found = inspect.getattr_static(mesh._cls, name, None)
+        # Its reply comes through a port (explicit_response_port, concurrent_endpoint).
+        self._ported = isinstance(found, endpoint) and found.ported
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
+                        f".call_one(...), .choose(...), .stream(...) or .broadcast(...)")
+
+    def _payload(self, args, kwargs, adverb: str) -> bytes:
+        if self._ported and adverb == "accumulate":
+            raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
+                            f"concurrent_endpoint): an Accumulator cannot fold its replies; "
+                            f"use call()")
+        try:
+            return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
+        except TypeError as e:
+            raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
+
+    def _parts(self, args, kwargs, adverb: str):
+        try:
+            return _pickle.dumps_parts((self._name, args, kwargs))  # as _payload, in two parts
+        except TypeError as e:
+            raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
+
+    def _entries(self, raw) -> List[Tuple[int, Any, Optional[BaseException]]]:
+        entries = []
+        for rank, payload, error in raw:
+            if error is not None:
+                entries.append((rank, None, _entry_error(error, self._mesh._name, self._name,
+                                                         rank)))
+                continue
+            value = _outcome(payload, rank, self._mesh._name)
+            if isinstance(value, ActorError):
+                entries.append((rank, None, value))
+            else:
+                entries.append((rank, value, None))
+        return entries
+
+    def call(self, *args, **kwargs) -> Future["ValueMesh"]:
+        """Every actor's reply, as a Future of a ValueMesh. Its get() raises
+        when a member failed, as Monarch's does: the first failed member's
+        error in row-major order (ActorError when it raised, SupervisionError,
+        preferred, when its process is gone), saying how many others failed,
+        with the whole ValueMesh as its ``value_mesh``. ``value_mesh()`` on the
+        Future gives that ValueMesh without raising."""
+        mesh = self._mesh
+        if self._ported:
+            replies = _PortedReplies(self, mesh._shape.ranks())
+            with _sent.collecting() as sent:
+                payload = replies.payload(args, kwargs, "call")
+            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+            _hold_until_handled(sent, mesh)
+            every = Future(lambda timeout: ValueMesh(mesh._shape, replies.entries(timeout)))
+            future = Future(lambda timeout: _all_succeeded(every.get(timeout)))
+            future._mesh = every
+            return future
+        with _sent.collecting() as sent:
+            payload = self._payload(args, kwargs, "call")
+        pending = _crown.cast_call(mesh._shape, mesh._local, payload)
+        _sent.hold(sent, pending.done)
+        replies = Future(lambda timeout:
+                         ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
+        future = Future(lambda timeout: _all_succeeded(replies.get(timeout)))
+        future._mesh = replies
+        return future
+
+    def _ported_direct(self, rank: int, args, kwargs, adverb: str) -> Future:
+        replies = _PortedReplies(self, [rank])
+        with _sent.collecting() as sent:
+            parts = replies.payload(args, kwargs, adverb, parts=True)
+        pending = _crown.request(rank, self._mesh._local, *parts)
+        _sent.hold(sent, pending.done)  # done when the endpoint returns: it has read them
+        replies.watch_request(rank, pending)
+        return Future(lambda timeout: replies.one(rank, timeout))
+
+    def _direct(self, rank: int, args, kwargs, adverb: str) -> Future:
+        with _sent.collecting() as sent:
+            parts = self._parts(args, kwargs, adverb)
+        pending = _crown.request(rank, self._mesh._local, *parts)
+        _sent.hold(sent, pending.done)
+
+        def wait(timeout):
+            try:
+                payload = pending.get(timeout)
+            except _crown.ActorStoppedError as e:
+                if isinstance(e, ActorStoppedError):
+                    raise
+                raise ActorStoppedError(str(e), rank=rank, actor=self._mesh._name,
+                                        remote_type="stopped") from None
+            except SupervisionError as e:
+                raise _supervision_error(str(e), rank, getattr(e, "host", ""), self._mesh._name,
+                                         self._name, getattr(e, "cause", None)) from None
+            value = _outcome(payload, rank, self._mesh._name)
+            if isinstance(value, ActorError):
+                raise value
+            return value
+
+        return Future(wait)
+
+    def call_one(self, *args, **kwargs) -> Future:
+        """The reply of the mesh's only actor (raises ValueError first if it has more)."""
+        if self._only_rank is None:
+            shape = self._mesh._shape
+            if len(shape) != 1:
+                raise ValueError(f"call_one needs a mesh of exactly one actor; this one is "
+                                 f"{shape} ({len(shape)} actors): slice it first, e.g. "
+                                 f".slice({shape.labels[0]}=0), or use call()")
+            self._only_rank = shape.ranks()[0]
+        if self._ported:
+            return self._ported_direct(self._only_rank, args, kwargs, "call_one")
+        return self._direct(self._only_rank, args, kwargs, "call_one")
+
+    def choose(self, *args, **kwargs) -> Future:
+        """One actor's reply, spreading calls over the live actors."""
+        if self._ported:
+            return self._ported_direct(_crown.choose_rank(self._mesh._shape), args, kwargs,
+                                       "choose")
+        return self._direct(_crown.choose_rank(self._mesh._shape), args, kwargs, "choose")
+
+    def stream(self, *args, **kwargs) -> Iterator[Future]:
+        """Casts now and yields one Future per actor (Monarch's
+        Iterator[Future]): the k-th future's get() gives the k-th reply to
+        arrive, or raises that member's error; ``get(timeout)`` raises
+        TimeoutError when it has not come, and can be tried again."""
+        mesh = self._mesh
+        if self._ported:
+            replies = _PortedReplies(self, mesh._shape.ranks())
+            with _sent.collecting() as sent:
+                payload = replies.payload(args, kwargs, "stream")
+            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+            _hold_until_handled(sent, mesh)
+            return (Future(functools.partial(replies.take, k)) for k in range(len(mesh._shape)))
+        with _sent.collecting() as sent:
+            payload = self._payload(args, kwargs, "stream")
+        pending = _crown.cast_stream(mesh._shape, mesh._local, payload)
+        _hold_until_handled(sent, mesh)
+        arrivals = _Arrivals(self, pending)
+        return (Future(functools.partial(arrivals.take, k)) for k in range(len(mesh._shape)))
+
+    def rref(self, *args, **kwargs):
+        """Calls the endpoint on every actor and keeps what each returns (a
+        torch tensor) on its own rank, as one mesh tensor whose shard on each
+        rank is that actor's result (crown.tensor): use it in the actors'
+        ProcMesh's activate(). Waits for every actor; raises what one raised,
+        and ValueError when their tensors differ in shape or dtype."""
+        from .tensor._engine import rref
+
+        if self._ported:
+            raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
+                            f"concurrent_endpoint): rref() keeps what an endpoint returns")
+        return rref(self._mesh._shape, self._mesh._local, self._name, args, kwargs,
+                    lambda raw: self._entries(raw))
+
+    def broadcast(self, *args, **kwargs) -> None:
+        """Sends to every actor; no replies. A mesh tensor among the arguments
+        lives until every actor has read its shard, however soon the caller
+        lets go of it."""
+        mesh = self._mesh
+        with _sent.collecting() as sent:
+            if self._ported:  # a port that drops values and raises an exception sent to it
+                payload = _ported_payload(self, _DroppingPort(), args, kwargs, "broadcast")
+            else:
+                payload = self._payload(args, kwargs, "broadcast")
+        _crown.cast_broadcast(mesh._shape, mesh._local, payload)
+        _hold_until_handled(sent, mesh)
+
+
+class _Arrivals:
+    """A cast stream's replies in the order they arrive, read on demand by the
+    futures of EndpointRef.stream: future k takes reply k, whichever future
+    is waited on first."""
+
+    def __init__(self, ref: EndpointRef, pending):
+        self._ref, self._pending = ref, pending
+        self._lock = threading.Lock()
+        self._arrived: List[Any] = []
+
+    def take(self, k: int, timeout: Optional[float]):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"stream reply {k} did not arrive within {timeout} s")
+        try:
+            while len(self._arrived) <= k:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                item = self._pending.next(left)  # TimeoutError when nothing came in time
+                if item is None:  # DLV-1 says every member answers: not expected
+                    raise RuntimeError(f"the stream ended after {len(self._arrived)} replies, "
+                                       f"before reply {k}")
+                self._arrived.append(item)
+            item, self._arrived[k] = self._arrived[k], None  # its Future keeps the outcome
+        finally:
+            self._lock.release()
+        (_, value, error), = self._ref._entries([item])
+        if error is not None:
+            raise error
+        return value
+
+
+class Accumulator:
+    """Calls an endpoint on every actor and folds the replies up the cast tree:
+    ``Accumulator(counters.value, 0, operator.add).accumulate().get()``.
+
+    Each hop of the tree folds the replies of its subtree with ``combine``
+    (which travels pickled with the cast, by value when it must), so the
+    caller receives one value, not one per actor. ``combine`` must be
+    associative and commutative (replies fold in arrival order);
+    ``identity`` is folded in once, on the caller: ``combine(identity,
+    folded)``. An endpoint or a combine that raises fails the result with
+    MeshError naming the ranks whose replies could not be folded, with the
+    error and its traceback."""
+
+    def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any]):
+        self._endpoint, self._identity, self._combine = endpoint_ref, identity, combine
+        self._key = _runtime.reducer_key(combine)  # TypeError here if combine cannot travel
+
+    def accumulate(self, *args, **kwargs) -> Future:
+        ref = self._endpoint
+        mesh = ref._mesh
+        with _sent.collecting() as sent:
+            payload = ref._payload(args, kwargs, "accumulate")
+        pending = _crown.cast_reduce(mesh._shape, mesh._local, payload, self._key)
+        _sent.hold(sent, pending.done)
+
+        def wait(timeout):
+            outcome = pending.get(timeout)  # MeshError when a member or a fold failed
+            return self._combine(self._identity, _pickle.loads(outcome[1:]))
+
+        return Future(wait)
+
+
+def _hold_until_handled(sent: List[Any], mesh) -> None:
+    """Keeps the mesh tensors of a message with no reply of its own (sent)
+    until every actor of mesh has handled it: a probe cast after it answers
+    once each actor has handled what came before (ORD-1)."""
+    if sent:
+        probe = _crown.cast_call(mesh._shape, mesh._local,
+                                 _pickle.dumps((_runtime.PROBE, (), {})))
+        _sent.hold(sent, probe.done)
