@@ -456,15 +456,15 @@ def test_error_needs_values(mesh):
 
 def test_an_op_seen_before_is_recorded_before_the_dispatcher_unless_autograd_needs_it(
         mesh, monkeypatch):
-    from crown.tensor import _record
+    from crown.tensor import _op_cache
     through = []
-    real = _record._disabled
+    real = _op_cache._disabled
 
     def counted(func, types, args, kwargs):
         through.append(func)
         return real(func, types, args, kwargs)
 
-    monkeypatch.setattr(_record, "_disabled", counted)
+    monkeypatch.setattr(_op_cache, "_disabled", counted)
     with mesh.activate():
         z = torch.ones(4)
         for _ in range(3):

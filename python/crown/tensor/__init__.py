@@ -20,7 +20,9 @@ from ._backend import Backend, Future
 from ._commands import Call, Delete, Reduce
 from ._execute import Context, execute
 from ._local import LocalBackend
-from ._record import Mesh, Tensor, fetch_shard, inspect, no_mesh
+from ._fetch import fetch_shard, inspect
+from ._mesh import Mesh, no_mesh
+from ._record import Tensor
 from ._remote import Remote, remote
 from ._stream import Stream, main_stream
 from .errors import (

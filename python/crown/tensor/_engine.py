@@ -14,7 +14,8 @@ import torch
 
 from .. import _crown, _pickle
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
-from ._record import Mesh, Tensor, _location, suspended
+from ._mesh import Mesh, _location, suspended
+from ._record import Tensor
 from .errors import RankLostError, RemoteException
 
 

@@ -16,7 +16,7 @@ import torch
 
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._execute import Context, execute
-from ._record import suspended
+from ._mesh import suspended
 from .errors import KernelError, RemoteException
 
 

@@ -22,7 +22,9 @@ from typing import Any, Callable, Dict, Union
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ._record import Tensor, _location, fetch_shard, record, suspended
+from ._fetch import fetch_shard
+from ._mesh import _location, suspended
+from ._record import Tensor, record
 from .errors import RemoteException
 
 _MODES = ("cached", "inspect")

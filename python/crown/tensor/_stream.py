@@ -19,9 +19,10 @@ engines order the lender's commands after the drop behind the borrower's.
 import itertools
 import threading
 
-from . import _record
+from . import _mesh
 from ._commands import Borrow
-from ._record import StreamBase, Tensor, suspended
+from ._mesh import StreamBase, suspended
+from ._record import Tensor
 from .errors import BorrowedTensorError, DroppedTensorError, StreamError
 
 _ids = itertools.count(1)
@@ -56,7 +57,7 @@ class Stream(StreamBase):
         if "_borrow" in t.__dict__ and mutable:
             raise BorrowedTensorError("borrow: a shared borrow cannot be lent on mutably")
         mesh = t._mesh
-        location = _record._location()
+        location = _mesh._location()
         ref = mesh.backend.new_ref()
         with self.activate(), suspended():
             b = Tensor(t.__dict__.get("_fake"), mesh, ref, location, t._meta)
@@ -80,14 +81,14 @@ class _StreamActivation:
         self.stream = stream
 
     def __enter__(self) -> StreamBase:
-        self.previous = _record._stream_now
-        _record._stream_now = self.stream
+        self.previous = _mesh._stream_now
+        _mesh._stream_now = self.stream
         return self.stream
 
     def __exit__(self, *exc) -> None:
-        _record._stream_now = self.previous
+        _mesh._stream_now = self.previous
 
 
 def main_stream() -> StreamBase:
     """The stream recorded ops run on outside any Stream.activate()."""
-    return _record.MAIN_STREAM
+    return _mesh.MAIN_STREAM

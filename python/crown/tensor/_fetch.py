@@ -1,0 +1,96 @@
+"""Collectives and fetches recorded on mesh tensors: Tensor.reduce(_) and
+crown.fetch_shard / crown.inspect."""
+
+from __future__ import annotations
+
+
+import torch
+
+
+from ._commands import REDUCTIONS, Reduce
+
+
+from .errors import (CollectiveGradError, DroppedTensorError, MeshMismatchError, NoMeshError,
+                     ReduceArgumentError)
+
+from . import _mesh, _record
+
+
+def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool, inplace: bool) -> _record.Tensor:
+    name = "reduce_" if inplace else "reduce"
+    if t._ref is None:
+        raise DroppedTensorError(f"{name}: the tensor (made at {t._location}) was dropped at "
+                                 f"{getattr(t, '_drop_location', '?')}")
+    if _mesh._no_mesh_depth:
+        raise NoMeshError(f"{name}: a mesh tensor cannot be reduced inside no_mesh")
+    mesh = t._mesh
+    active = _mesh._active[-1] if _mesh._active else None
+    if active is not None and active is not mesh:
+        raise MeshMismatchError(f"{name}: the tensor lives on {mesh} but {active} is active")
+    shape = mesh._shape
+    dims = (dims,) if isinstance(dims, str) else tuple(dims)
+    if not dims:
+        dims = tuple(shape)
+    for d in dims:
+        if d not in shape:
+            raise ReduceArgumentError(f"{name}: unknown mesh dim {d!r}; the mesh has dims {list(shape)}")
+    if len(set(dims)) != len(dims):
+        raise ReduceArgumentError(f"{name}: a dim is reduced twice in {dims}")
+    if reduction not in REDUCTIONS:
+        raise ReduceArgumentError(f"{name}: reduction {reduction!r} is not one of {REDUCTIONS}")
+    _record.check_use(t, name, writes=inplace)
+    if inplace:
+        t._known = None
+    if t.requires_grad and torch.is_grad_enabled():
+        raise CollectiveGradError(
+            f"{name}: the tensor requires grad, and autograd cannot differentiate through a "
+            "collective. Reduce a detached tensor (t.detach()), the gradients after backward() "
+            "(p.grad.reduce_(...)), or do it under torch.no_grad()")
+    n = 1
+    for d in dims:
+        n *= shape[d]
+    fake = t._fake
+    out_shape = list(fake.shape)
+    if scatter:
+        if not out_shape or out_shape[0] % n:
+            raise ReduceArgumentError(
+                f"{name}: scatter splits dim 0 into {n} equal chunks, but the shape is {out_shape}")
+        if reduction != "stack":
+            out_shape[0] //= n
+    elif reduction == "stack":
+        out_shape.insert(0, n)
+    if inplace:
+        if out_shape != list(fake.shape):
+            raise ReduceArgumentError(
+                f"{name}: {reduction}{' with scatter' if scatter else ''} changes the shape "
+                f"{list(fake.shape)} -> {out_shape}; use reduce() (out of place)")
+        out, ref = t, t._ref
+    else:
+        with _record.fake_mode():
+            f = torch.empty(out_shape, dtype=fake.dtype, device=fake.device)
+        ref = mesh.backend.new_ref()
+        out = _record.Tensor(f, mesh, ref, _record._location())
+    mesh._record(Reduce(ref, t._ref, dims, reduction, bool(scatter),
+                        out._location if not inplace else _record._location(), t._meta))
+    return out
+
+
+# --- fetching --------------------------------------------------------------------
+
+
+def fetch_shard(t: _record.Tensor, **coords: int):
+    """A Future of t's shard at the mesh coordinates (a missing label counts
+    as 0); .get() gives a torch.Tensor or raises RemoteException."""
+    if not isinstance(t, _record.Tensor):
+        raise TypeError(f"fetch_shard: expected a mesh tensor, got {type(t).__name__}")
+    if t._ref is None:
+        raise DroppedTensorError(f"fetch_shard: the tensor (made at {t._location}) was dropped")
+    mesh = t._mesh
+    rank = mesh.ravel(coords)
+    mesh.flush()
+    return mesh.backend.fetch(t._ref, rank)
+
+
+def inspect(t: _record.Tensor, **coords: int) -> torch.Tensor:
+    """t's shard at the mesh coordinates, on the controller (waits)."""
+    return fetch_shard(t, **coords).get()

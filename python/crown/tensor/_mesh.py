@@ -1,0 +1,247 @@
+"""The recording layer's mesh and its state (_record.py records on it): the
+one FakeTensorMode, the activate() stack and the TorchDispatchMode it
+pushes, no_mesh, the current stream, and where the user recorded an op.
+The state is read through this module (`_mesh._active`), so that the
+modules that record see what activate() and Stream.activate() set."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
+                                          _pop_mode_temporarily)
+
+
+from .. import _sent
+
+from ._commands import Delete, ReturnBorrow, SwitchStream
+
+from .errors import ReduceArgumentError
+
+
+if TYPE_CHECKING:
+    from ._record import Tensor
+
+
+_fake_mode: Optional[FakeTensorMode] = None
+
+
+def fake_mode() -> FakeTensorMode:
+    """The one FakeTensorMode of every mesh's fakes (fakes of two modes never meet)."""
+    global _fake_mode
+    if _fake_mode is None:
+        _fake_mode = FakeTensorMode()
+    return _fake_mode
+
+
+class suspended:
+    """`with suspended():` turns the activate() mode off for a while: for code
+    that runs real or fake torch on the controller from outside the mode's own
+    __torch_dispatch__ (which runs with the mode off already): a reduce or a
+    remote call recording from user code, LocalBackend executing."""
+
+    __slots__ = ("popped",)
+
+    def __enter__(self):
+        self.popped = None
+        if _mode is not None and _get_current_dispatch_mode() is _mode:
+            self.popped = _pop_mode_temporarily()
+            self.popped.__enter__()
+
+    def __exit__(self, *exc):
+        if self.popped is not None:
+            self.popped.__exit__(None, None, None)
+
+
+# --- where the user recorded an op --------------------------------------------
+
+_INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+_internal_code: Dict[Any, bool] = {}
+
+
+def _location() -> str:
+    """file:line of the innermost frame outside torch and this package."""
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        internal = _internal_code.get(code)
+        if internal is None:
+            internal = _internal_code[code] = code.co_filename.startswith(_INTERNAL)
+        if not internal:
+            return f"{code.co_filename}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+# --- the mesh ----------------------------------------------------------------------
+
+class StreamBase:
+    """What the recording layer knows of a stream: its id on every engine
+    (0: the main stream) and its name. crown.tensor.Stream is the user's."""
+
+    __slots__ = ("id", "name")
+
+    def __init__(self, id: int, name: str):
+        self.id = id
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"crown.Stream({self.name!r})"
+
+
+MAIN_STREAM = StreamBase(0, "main")
+_stream_now: StreamBase = MAIN_STREAM  # Stream.activate() sets it
+
+_active: List["Mesh"] = []  # the activate() stack
+_no_mesh_depth = 0
+_mode: Optional["_MeshMode"] = None  # pushed once, by the outermost activate()
+
+
+class Mesh:
+    """A mesh of workers that run recorded tensor ops, over a Backend.
+
+    `with mesh.activate():` records torch code on it. A ProcMesh offers its
+    own activate() through one of these (it keeps one per mesh)."""
+
+    def __init__(self, backend, *, delete_batch: int = 64):
+        self.backend = backend
+        self._shape: Dict[str, int] = dict(backend.shape)
+        self._dead: List[int] = []  # refs whose tensors died; sent as one Delete
+        self._returns: List[int] = []  # borrows whose tensors died: returned with the deletes
+        self._delete_batch = delete_batch
+        self._stream_id = 0  # the stream the engines run the next command on
+
+    @property
+    def shape(self) -> Dict[str, int]:
+        return dict(self._shape)
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self._shape)
+
+    def __repr__(self) -> str:
+        return f"crown.tensor.Mesh({self._shape})"
+
+    def activate(self) -> "_Activation":
+        """Inside the with block, torch factory functions make tensors on this
+        mesh and every op on its tensors is recorded; leaving it flushes."""
+        return _Activation(self)
+
+    def rank(self, dims: Union[str, Sequence[str]]) -> "Tensor":
+        """A 0-dim int64 tensor holding each worker's index along dims (several
+        dims: raveled row-major in the order given)."""
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        for d in dims:
+            if d not in self._shape:
+                raise ReduceArgumentError(f"rank({d!r}): the mesh has dims {list(self._shape)}")
+        sizes = tuple(self._shape[d] for d in dims)
+        with suspended():
+            from ._record import record  # here: _record.py imports this module
+
+            return record("crown.tensor._execute.mesh_rank", _fake_rank, (dims, sizes), {},
+                          mesh=self, location=_location())
+
+    def ravel(self, coords: Dict[str, int]) -> int:
+        """The rank at coords; a missing label counts as 0."""
+        for k in coords:
+            if k not in self._shape:
+                raise ValueError(f"unknown mesh dim {k!r}: the mesh has dims {list(self._shape)}")
+        rank = 0
+        for label, size in self._shape.items():
+            c = coords.get(label, 0)
+            if not 0 <= c < size:
+                raise ValueError(f"coordinate {label}={c} is outside 0..{size - 1}")
+            rank = rank * size + c
+        return rank
+
+    def flush(self) -> None:
+        """Sends every recorded command (and pending deletes) to the workers."""
+        self._send_deletes()
+        self.backend.flush()
+
+    def _record(self, command) -> None:
+        """Records a command on the current stream."""
+        self._on_stream()
+        self.backend.record(command)
+
+    def _on_stream(self) -> None:
+        """The engines' later commands run on the current stream."""
+        if self._stream_id != _stream_now.id:
+            self._stream_id = _stream_now.id
+            self.backend.record(SwitchStream(self._stream_id))
+
+    def _send_deletes(self) -> None:
+        _sent.prune()  # tensors sent to actors that have read them die now
+        if self._returns:
+            returns, self._returns = self._returns, []
+            for borrow in returns:
+                self.backend.record(ReturnBorrow(borrow))
+        if self._dead:
+            refs, self._dead = self._dead, []
+            self.backend.record(Delete(refs))  # any stream: the engines order it after every use
+
+    def _release(self, ref: int) -> None:
+        # From __del__: only append (no backend call at an arbitrary point).
+        self._dead.append(ref)
+
+
+def _fake_rank(dims, sizes):
+    return torch.empty((), dtype=torch.long)
+
+
+class _Activation:
+    def __init__(self, mesh: Mesh):
+        self.mesh = mesh
+
+    def __enter__(self) -> Mesh:
+        global _mode
+        _active.append(self.mesh)
+        if _mode is None:
+            mode = _MeshMode()
+            mode.__enter__()
+            _mode = mode
+        return self.mesh
+
+    def __exit__(self, *exc) -> None:
+        global _mode
+        _active.pop()
+        if not _active and _mode is not None:
+            mode, _mode = _mode, None
+            mode.__exit__(None, None, None)
+        self.mesh.flush()
+
+
+class _NoMesh:
+    """`with no_mesh:` (or `with no_mesh.activate():`): torch code runs locally
+    on the controller, unrecorded, even inside a mesh's activate(); mesh
+    tensors cannot be used there."""
+
+    def activate(self) -> "_NoMesh":
+        return self
+
+    def __enter__(self) -> None:
+        global _no_mesh_depth
+        _no_mesh_depth += 1
+
+    def __exit__(self, *exc) -> None:
+        global _no_mesh_depth
+        _no_mesh_depth -= 1
+
+    def __repr__(self) -> str:
+        return "crown.no_mesh"
+
+
+no_mesh = _NoMesh()
+
+
+class _MeshMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return _op_cache.dispatch(func, args, kwargs or {})
+
+
+# Last: _op_cache (and the _record it imports) take names from this module.
+from . import _op_cache  # noqa: E402

@@ -1,0 +1,301 @@
+"""Recording an op fast (_record.py records the slow way): what each op
+recorded before, keyed by its arguments' metadata and constants, replayed
+without FakeTensor; and the __torch_function__ path that records an
+out-of-place op on mesh tensors before torch's dispatcher. dispatch() is
+where every op inside activate() arrives (_mesh._MeshMode)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import torch
+
+
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+
+from ._commands import Call
+
+
+from .errors import LocalValueError, NoMeshError
+
+from . import _known, _mesh, _record
+
+
+# --- recording ---------------------------------------------------------------------
+
+_PASS, _OP, _LIFT, _VALUE = 0, 1, 2, 3
+# Ops whose answer is a value on the controller (item(), bool(t), torch.equal):
+# FakeTensorMode would make one up.
+_VALUE_OPS = ("aten::_local_scalar_dense", "aten::equal", "aten::is_nonzero", "aten::allclose")
+
+
+class _OpInfo:
+    __slots__ = ("spec", "kind", "written", "cache")
+
+    def __init__(self, func):
+        schema = func._schema
+        self.spec = f"{schema.name}.{func._overloadname}"
+        if schema.name.startswith("profiler::"):
+            self.kind = _PASS  # record_function's handles: controller-side bookkeeping
+        elif schema.name in _VALUE_OPS:
+            self.kind = _VALUE
+        elif schema.name in ("aten::lift_fresh", "aten::lift"):
+            self.kind = _LIFT  # torch.tensor(data) inside activate(): data goes to every rank
+        else:
+            self.kind = _OP
+        # The arguments the op writes (self of add_, out of add.out, foreach_ lists).
+        self.written = tuple(
+            (i, a.name) for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write)
+        # key of the arguments' metadata and constants -> _Entry
+        self.cache: Dict[tuple, "_Entry"] = {}
+
+
+class _Entry:
+    """What an op does with arguments of one key: the same blob, and outputs
+    of the same metadata. descs: per flattened output, a meta tuple (a fresh
+    tensor), an int k (input k itself: in place, out=) or (None, value)."""
+
+    __slots__ = ("blob", "descs", "tree", "written")
+
+    def __init__(self, blob, descs, tree, written):
+        self.blob = blob
+        self.descs = descs
+        self.tree = tree
+        self.written = written  # input indices the op writes, beyond its outputs
+
+
+_MISS = object()
+
+
+class _Slow(Exception):
+    """The fast path does not apply; _record.record() sorts it out (and raises what is wrong)."""
+
+
+_CACHE_LIMIT = 4096
+
+
+def _key(v, inputs: List[int], wrappers: List[_record.Tensor], slot: Dict[int, int]):
+    t = type(v)
+    if t is _record.Tensor:
+        ref = v._ref
+        if ref is None or v._stream is not _mesh._stream_now or v._lent_mutably or v._known is not None:
+            raise _Slow
+        k = slot.get(ref)
+        if k is None:
+            k = slot[ref] = len(inputs)
+            inputs.append(ref)
+            wrappers.append(v)
+        return (k, v._meta)
+    if t is list or t is tuple:
+        return (t, tuple([_key(x, inputs, wrappers, slot) for x in v]))
+    if isinstance(v, (torch.Tensor, dict)):
+        raise _Slow  # a local tensor
+    return (t, v)
+
+
+def _arguments_key(args, kwargs):
+    """(key, input refs, their wrappers) of an op's arguments: their metadata
+    and constants, mesh tensors by first appearance. Raises _Slow."""
+    inputs: List[int] = []
+    wrappers: List[_record.Tensor] = []
+    slot: Dict[int, int] = {}
+    key = tuple([_key(a, inputs, wrappers, slot) for a in args])
+    if kwargs:
+        key = (key, tuple([(n, _key(v, inputs, wrappers, slot)) for n, v in kwargs.items()]))
+    return key, inputs, wrappers
+
+
+def _outputs(mesh: _record.Mesh, descs, wrappers: List[_record.Tensor], location: str):
+    """(outputs, their new refs) of a cached op, by its descs: an input itself
+    (int k), a constant ((None, value)) or a fresh tensor (its meta). Sends
+    the pending deletes first when enough have gathered."""
+    if len(mesh._dead) >= mesh._delete_batch:
+        mesh._send_deletes()
+    backend = mesh.backend
+    results: List[int] = []
+    outs = []
+    for d in descs:
+        if type(d) is int:
+            outs.append(wrappers[d])
+        elif d[0] is None:
+            outs.append(d[1])
+        else:
+            ref = backend.new_ref()
+            results.append(ref)
+            outs.append(_record.Tensor(None, mesh, ref, location, d))
+    return outs, results
+
+
+def _fast(info: _OpInfo, args, kwargs):
+    """An op seen before with arguments of the same metadata and constants:
+    no fakes, no pickling. (_MISS, key) when not cached yet, (_MISS, None)
+    when the fast path does not apply."""
+    try:
+        key, inputs, wrappers = _arguments_key(args, kwargs)
+    except _Slow:
+        return _MISS, None
+    active = _mesh._active[-1] if _mesh._active else None
+    if wrappers:
+        mesh = wrappers[0]._mesh
+        for w in wrappers:
+            if w._mesh is not mesh:
+                return _MISS, None
+        if active is not None and active is not mesh:
+            return _MISS, None
+    else:
+        mesh = active
+        if mesh is None:
+            return _MISS, None
+    entry = info.cache.get(key)
+    if entry is None:
+        return _MISS, key
+    for k in entry.written:
+        if wrappers[k]._lent:
+            return _MISS, None  # _record.record() raises the borrow's error
+    for d in entry.descs:
+        if type(d) is int and wrappers[d]._lent:
+            return _MISS, None
+    location = _record._location()
+    outs, results = _outputs(mesh, entry.descs, wrappers, location)
+    for k in entry.written:
+        results.append(inputs[k])
+    mesh._record(Call(results, entry.blob, inputs, location))
+    if _captured is not None:
+        _captured.append((entry, inputs, results))
+    if entry.tree is None:
+        return outs[0], None
+    return tree_unflatten(outs, entry.tree), None
+
+
+# --- the torch-function fast path ------------------------------------------------
+#
+# An out-of-place op on mesh tensors that need no autograd, seen before with
+# arguments of the same metadata and constants, is recorded straight from
+# __torch_function__: before torch's dispatcher, FakeTensor and the mode,
+# which cost far more than the recording itself. What the op records is
+# learnt the first time, by capturing what its way through the dispatcher
+# recorded: one Call, whose inputs are the op's own tensor arguments.
+
+_captured: Optional[List[Any]] = None  # what dispatch records while a miss is learnt
+_disabled = torch._C._disabled_torch_function_impl
+_no_torch_function = torch._C.DisableTorchFunction
+_tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> (_Entry, perm) or None (slow)
+
+
+class _TfEntry:
+    __slots__ = ("blob", "descs", "perm")
+
+    def __init__(self, blob, descs, perm):
+        self.blob = blob
+        self.descs = descs  # per output: a meta tuple (a fresh tensor) or (None, value)
+        self.perm = perm  # the Call's input k is the op's tensor argument perm[k]
+
+
+def torch_function(func, types, args, kwargs):
+    if kwargs is None:
+        kwargs = {}
+    if _mesh._no_mesh_depth or not _mesh._active:
+        return _disabled(func, types, args, kwargs)
+    try:
+        key, inputs, wrappers = _arguments_key(args, kwargs)
+    except _Slow:
+        return _disabled(func, types, args, kwargs)
+    if not wrappers:
+        return _disabled(func, types, args, kwargs)
+    mesh = _mesh._active[-1]
+    for w in wrappers:
+        if w._mesh is not mesh:
+            return _disabled(func, types, args, kwargs)  # _record.record() raises what is wrong
+    if torch.is_grad_enabled():
+        with _no_torch_function():
+            for w in wrappers:
+                if w.requires_grad:
+                    return _disabled(func, types, args, kwargs)  # autograd records it
+    table = _tf_cache.get(func)
+    if table is None:
+        table = _tf_cache[func] = {}
+    try:
+        entry = table.get(key, _MISS)
+    except TypeError:  # a constant that is not hashable (a slice)
+        return _disabled(func, types, args, kwargs)
+    if entry is _MISS:
+        return _learn(func, types, args, kwargs, table, key, inputs)
+    if entry is None:
+        return _disabled(func, types, args, kwargs)
+    location = _record._location()
+    outs, results = _outputs(mesh, entry.descs, wrappers, location)
+    mesh._record(Call(results, entry.blob, [inputs[k] for k in entry.perm], location))
+    return outs[0]
+
+
+def _learn(func, types, args, kwargs, table, key, inputs):
+    """The first call of func with arguments of this key: through the
+    dispatcher, capturing what it records; cached when it is one Call of a
+    fresh tensor from the op's own tensor arguments (else: always that way)."""
+    global _captured
+    outer, _captured = _captured, []
+    try:
+        out = _disabled(func, types, args, kwargs)
+        captured = _captured
+    finally:
+        _captured = outer
+    if outer is not None:
+        outer.extend(captured)
+    entry = None
+    if len(captured) == 1 and captured[0] is not None and isinstance(out, _record.Tensor):
+        aten, call_inputs, results = captured[0]
+        fresh = (aten.tree is None and not aten.written and len(results) == 1
+                 and results[0] == out._ref and type(aten.descs[0]) is tuple
+                 and aten.descs[0][0] is not None)
+        position = {ref: k for k, ref in enumerate(inputs)}
+        if fresh and all(ref in position for ref in call_inputs):
+            entry = _TfEntry(aten.blob, aten.descs, tuple(position[ref] for ref in call_inputs))
+    if len(table) >= _CACHE_LIMIT:
+        table.clear()
+    table[key] = entry
+    return out
+
+
+_infos: Dict[Any, _OpInfo] = {}
+
+
+def dispatch(func, args, kwargs):
+    """Every aten op that reaches a mesh tensor or the activate() mode."""
+    info = _infos.get(func)
+    if info is None:
+        info = _infos[func] = _OpInfo(func)
+    if info.kind == _PASS:
+        return func(*args, **kwargs)
+    if _mesh._no_mesh_depth:
+        for a in tree_flatten((args, kwargs))[0]:
+            if isinstance(a, _record.Tensor):
+                raise NoMeshError(
+                    f"{info.spec}: a mesh tensor ({a!r}) was used inside no_mesh, where "
+                    "torch code runs locally; fetch it first with crown.inspect(t)")
+        return func(*args, **kwargs)
+    if info.kind == _VALUE and any(isinstance(a, _record.Tensor) for a in tree_flatten((args, kwargs))[0]):
+        known = _known._known_values(args, kwargs)
+        if known is not None:
+            return func(*known[0], **known[1])  # the same on every rank: no fetch
+        raise LocalValueError(
+            f"{info.spec}: needs a mesh tensor's values on the controller (item(), bool(t), "
+            "if t: ..., torch.equal). Fetch it with crown.inspect(t) and use the local tensor, "
+            "or keep the computation on the mesh (torch.where, ...)")
+    key = None
+    if info.kind == _OP:
+        out, key = _fast(info, args, kwargs)
+        if out is not _MISS:
+            return out
+    written = None
+    if info.written:
+        written = []
+        for i, name in info.written:
+            v = kwargs[name] if name in kwargs else args[i] if i < len(args) else None
+            if isinstance(v, (list, tuple)):
+                written.extend(v)
+            elif v is not None:
+                written.append(v)
+    return _record.record(info.spec, func, args, kwargs, written=written, lift=info.kind == _LIFT,
+                  local_runs=True, cache=(info.cache, key) if key is not None else None)
