@@ -16,7 +16,8 @@ from .errors import (CollectiveGradError, DroppedTensorError, MeshMismatchError,
 from . import _mesh, _record
 
 
-def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool, inplace: bool) -> _record.Tensor:
+def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool,
+           inplace: bool) -> _record.Tensor:
     name = "reduce_" if inplace else "reduce"
     if t._ref is None:
         raise DroppedTensorError(f"{name}: the tensor (made at {t._location}) was dropped at "
@@ -66,12 +67,12 @@ def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool, inplace: bool
                 f"{list(fake.shape)} -> {out_shape}; use reduce() (out of place)")
         out, ref = t, t._ref
     else:
-        with _record.fake_mode():
+        with _mesh.fake_mode():
             f = torch.empty(out_shape, dtype=fake.dtype, device=fake.device)
         ref = mesh.backend.new_ref()
-        out = _record.Tensor(f, mesh, ref, _record._location())
+        out = _record.Tensor(f, mesh, ref, _mesh._location())
     mesh._record(Reduce(ref, t._ref, dims, reduction, bool(scatter),
-                        out._location if not inplace else _record._location(), t._meta))
+                        out._location if not inplace else _mesh._location(), t._meta))
     return out
 
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 
-from . import _record
+from . import _mesh, _record
 
 
 # --- values the controller knows --------------------------------------------------
@@ -53,7 +53,7 @@ def _track_known(fake_fn, flat, tree, wrappers, flat_out, written, lifted) -> No
         if lifted is not None:
             real = [a.clone() if a is lifted else a for a in real]
         try:
-            with _record.suspended():
+            with _mesh.suspended():
                 args, kwargs = tree_unflatten(real, tree)
                 values = tree_flatten(fake_fn(*args, **kwargs))[0]
         except Exception:  # noqa: BLE001 - the workers will say what is wrong; just forget

@@ -80,7 +80,8 @@ def _key(v, inputs: List[int], wrappers: List[_record.Tensor], slot: Dict[int, i
     t = type(v)
     if t is _record.Tensor:
         ref = v._ref
-        if ref is None or v._stream is not _mesh._stream_now or v._lent_mutably or v._known is not None:
+        if (ref is None or v._stream is not _mesh._stream_now or v._lent_mutably
+                or v._known is not None):
             raise _Slow
         k = slot.get(ref)
         if k is None:
@@ -107,7 +108,7 @@ def _arguments_key(args, kwargs):
     return key, inputs, wrappers
 
 
-def _outputs(mesh: _record.Mesh, descs, wrappers: List[_record.Tensor], location: str):
+def _outputs(mesh: _mesh.Mesh, descs, wrappers: List[_record.Tensor], location: str):
     """(outputs, their new refs) of a cached op, by its descs: an input itself
     (int k), a constant ((None, value)) or a fresh tensor (its meta). Sends
     the pending deletes first when enough have gathered."""
@@ -157,7 +158,7 @@ def _fast(info: _OpInfo, args, kwargs):
     for d in entry.descs:
         if type(d) is int and wrappers[d]._lent:
             return _MISS, None
-    location = _record._location()
+    location = _mesh._location()
     outs, results = _outputs(mesh, entry.descs, wrappers, location)
     for k in entry.written:
         results.append(inputs[k])
@@ -224,7 +225,7 @@ def torch_function(func, types, args, kwargs):
         return _learn(func, types, args, kwargs, table, key, inputs)
     if entry is None:
         return _disabled(func, types, args, kwargs)
-    location = _record._location()
+    location = _mesh._location()
     outs, results = _outputs(mesh, entry.descs, wrappers, location)
     mesh._record(Call(results, entry.blob, [inputs[k] for k in entry.perm], location))
     return outs[0]
@@ -275,7 +276,8 @@ def dispatch(func, args, kwargs):
                     f"{info.spec}: a mesh tensor ({a!r}) was used inside no_mesh, where "
                     "torch code runs locally; fetch it first with crown.inspect(t)")
         return func(*args, **kwargs)
-    if info.kind == _VALUE and any(isinstance(a, _record.Tensor) for a in tree_flatten((args, kwargs))[0]):
+    if info.kind == _VALUE and any(isinstance(a, _record.Tensor)
+                                   for a in tree_flatten((args, kwargs))[0]):
         known = _known._known_values(args, kwargs)
         if known is not None:
             return func(*known[0], **known[1])  # the same on every rank: no fetch
