@@ -12,8 +12,6 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 
 from . import _crown, _pickle, _runtime, _sent
-
-
 from ._endpoints import (ActorError, ActorStoppedError, _entry_error, _outcome,
                          _supervision_error, _unpicklable, endpoint)
 from ._ports import _DroppingPort, _ported_payload, _PortedReplies

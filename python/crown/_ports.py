@@ -13,13 +13,12 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from . import _crown, _pickle, _runtime, _supervision
-
-
 from ._endpoints import Actor, ActorError, ActorStoppedError, _outcome, _unpicklable, endpoint
 from ._values import Future
 
 if TYPE_CHECKING:
     from ._calls import EndpointRef
+
 
 R = TypeVar("R")
 

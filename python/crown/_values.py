@@ -4,8 +4,6 @@ coordinates; and what a mesh and its ValueMeshes share, slicing."""
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import asyncio
 import threading
 from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
@@ -17,6 +15,7 @@ R = TypeVar("R")
 
 SupervisionError = _crown.SupervisionError
 Shape = _crown.Shape
+
 
 class Future(Generic[R]):
     """A result to come: ``get(timeout=None)``, or ``await future``. A get

@@ -3,17 +3,12 @@ crown.fetch_shard / crown.inspect."""
 
 from __future__ import annotations
 
-
 import torch
 
-
+from . import _mesh, _record
 from ._commands import REDUCTIONS, Reduce
-
-
 from .errors import (CollectiveGradError, DroppedTensorError, MeshMismatchError, NoMeshError,
                      ReduceArgumentError)
-
-from . import _mesh, _record
 
 
 def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool,

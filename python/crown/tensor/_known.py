@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import math
 
-
 import torch
-
-
 from torch.utils._pytree import tree_flatten, tree_unflatten
-
 
 from . import _mesh, _record
 

@@ -15,13 +15,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
                                           _pop_mode_temporarily)
 
-
 from .. import _sent
-
 from ._commands import Delete, ReturnBorrow, SwitchStream
-
 from .errors import ReduceArgumentError
-
 
 if TYPE_CHECKING:
     from ._record import Tensor

@@ -9,17 +9,11 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 import torch
-
-
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-
-from ._commands import Call
-
-
-from .errors import LocalValueError, NoMeshError
-
 from . import _known, _mesh, _record
+from ._commands import Call
+from .errors import LocalValueError, NoMeshError
 
 
 # --- recording ---------------------------------------------------------------------

@@ -22,7 +22,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException, FakeTensor)
-
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .. import _sent
