@@ -79,11 +79,7 @@ class EndpointRef:
         Future gives that ValueMesh without raising."""
         mesh = self._mesh
         if self._ported:
-            replies = _PortedReplies(self, mesh._shape.ranks())
-            with _sent.collecting() as sent:
-                payload = replies.payload(args, kwargs, "call")
-            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
-            _hold_until_handled(sent, mesh)
+            replies = self._ported_cast(args, kwargs, "call")
             every = Future(lambda timeout: ValueMesh(mesh._shape, replies.entries(timeout)))
             future = Future(lambda timeout: _all_succeeded(every.get(timeout)))
             future._mesh = every
@@ -97,6 +93,16 @@ class EndpointRef:
         future = Future(lambda timeout: _all_succeeded(replies.get(timeout)))
         future._mesh = replies
         return future
+
+    def _ported_cast(self, args, kwargs, adverb: str) -> _PortedReplies:
+        """A ported endpoint's call cast to every actor: its replies."""
+        mesh = self._mesh
+        replies = _PortedReplies(self, mesh._shape.ranks())
+        with _sent.collecting() as sent:
+            payload = replies.payload(args, kwargs, adverb)
+        replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+        _hold_until_handled(sent, mesh)
+        return replies
 
     def _ported_direct(self, rank: int, args, kwargs, adverb: str) -> Future:
         replies = _PortedReplies(self, [rank])
@@ -158,11 +164,7 @@ class EndpointRef:
         TimeoutError when it has not come, and can be tried again."""
         mesh = self._mesh
         if self._ported:
-            replies = _PortedReplies(self, mesh._shape.ranks())
-            with _sent.collecting() as sent:
-                payload = replies.payload(args, kwargs, "stream")
-            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
-            _hold_until_handled(sent, mesh)
+            replies = self._ported_cast(args, kwargs, "stream")
             return (Future(functools.partial(replies.take, k)) for k in range(len(mesh._shape)))
         with _sent.collecting() as sent:
             payload = self._payload(args, kwargs, "stream")
