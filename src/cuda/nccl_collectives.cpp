@@ -198,12 +198,15 @@ void NcclCollectives::wait(cudaStream_t s, Communicator& c, const CollectiveGrou
   // when run() returns (the next command, a fetch, reads it), so this waits
   // for the stream. It polls instead of cudaStreamSynchronize, which would
   // hang the engine for good on a lost peer (nccl_wait.h).
-  std::string failedAs;
+  cudaError_t code = cudaErrorNotReady;  // the last poll's answer, read by failure()
   detail::CollectiveWait waiting{
-      .finished = [&] { return cudaStreamQuery(s) == cudaSuccess; },
+      .finished =
+          [&] {
+            code = cudaStreamQuery(s);
+            return code == cudaSuccess;
+          },
       .failure = [&]() -> std::string {
-        cudaError_t code = cudaStreamQuery(s);
-        if (code != cudaSuccess && code != cudaErrorNotReady) {
+        if (code != cudaErrorNotReady) {
           cudaGetLastError();
           return std::string("on the device: ") + cudaGetErrorString(code);
         }

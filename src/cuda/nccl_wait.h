@@ -20,7 +20,8 @@ namespace crown::cuda::detail {
 struct CollectiveWait {
   /// Whether the collective's stream has finished.
   std::function<bool()> finished;
-  /// The device's or NCCL's error text, "" while there is none.
+  /// The device's or NCCL's error text, "" while there is none; asked right
+  /// after finished() said no, in the same poll.
   std::function<std::string()> failure;
   /// The group's members (world ranks) and whether crown still hears each.
   const std::vector<Rank>& members;

@@ -137,14 +137,19 @@ struct FakeCollective {
   }
 };
 
+// Sets `flag` after `delay`, on a thread of its own, while the wait polls.
+std::thread setAfter(std::atomic<bool>& flag, std::chrono::milliseconds delay) {
+  return std::thread([&flag, delay] {
+    std::this_thread::sleep_for(delay);
+    flag = true;
+  });
+}
+
 // A member that dies inside the collective: NCCL never says so (its kernels
 // spin), crown's failure detection does, and the wait aborts and names it.
 TEST(NcclWait, AMemberCrownLosesEndsTheWaitWithProcessLostAndAnAbort) {
   FakeCollective c;
-  std::thread killer([&] {
-    std::this_thread::sleep_for(30ms);
-    c.rank2Lost = true;
-  });
+  std::thread killer = setAfter(c.rank2Lost, 30ms);
   auto start = std::chrono::steady_clock::now();
   try {
     detail::awaitCollective(c.waitFor(), "NCCL allreduce");
@@ -161,10 +166,7 @@ TEST(NcclWait, AMemberCrownLosesEndsTheWaitWithProcessLostAndAnAbort) {
 
 TEST(NcclWait, AnErrorNcclReportsEndsTheWaitWithItsTextAndAnAbort) {
   FakeCollective c;
-  std::thread failer([&] {
-    std::this_thread::sleep_for(10ms);
-    c.ncclError = true;
-  });
+  std::thread failer = setAfter(c.ncclError, 10ms);
   std::string why = messageOf([&] { detail::awaitCollective(c.waitFor(), "NCCL broadcast"); });
   failer.join();
   EXPECT_EQ(why, "NCCL broadcast failed: unhandled system error");
@@ -173,10 +175,7 @@ TEST(NcclWait, AnErrorNcclReportsEndsTheWaitWithItsTextAndAnAbort) {
 
 TEST(NcclWait, AFinishedCollectiveReturnsWithNoAbort) {
   FakeCollective c;
-  std::thread finisher([&] {
-    std::this_thread::sleep_for(5ms);
-    c.finished = true;
-  });
+  std::thread finisher = setAfter(c.finished, 5ms);
   detail::awaitCollective(c.waitFor(), "NCCL allgather");
   finisher.join();
   EXPECT_EQ(c.aborts, 0);
