@@ -267,7 +267,8 @@ def crown_side():
     """The Echo actor and the measurements that need the crown job."""
     import crown
     from crown import _crown, _pickle, _runtime
-    from crown.actor import Actor, _outcome, endpoint
+    from crown._endpoints import _outcome
+    from crown.actor import Actor, endpoint
 
     class Echo(Actor):
         @endpoint

@@ -41,7 +41,7 @@ class Loaded(Actor):
 
 
 def blocking(procs, name):
-    from crown.actor import _construct
+    from crown._endpoints import _construct
 
     payload = _pickle.dumps((_construct, (name, Loaded, INIT_MS), {}))
     local = _crown.spawn(procs.shape, name, payload)

@@ -4,9 +4,9 @@ a 512 MiB array goes to an actor and another comes back, intact, and
 neither rank's peak memory grows by much more than the array itself (issue
 10: a 1 GiB payload used to peak at 4x its size; an encrypted frame's
 ciphertext was a whole copy, and the receive buffer pool kept a received
-payload of any size for the rest of the run). ctest runs it over shared
-memory too (python.large_payloads_shm), where the payload is lent: the
-receiver reads it from the sender's memory."""
+payload of any size for the rest of the run). ctest runs it over Unix
+sockets too (python.large_payloads_unix); under the default, shared memory,
+the payload is lent: the receiver reads it from the sender's memory."""
 
 import resource
 

@@ -55,15 +55,14 @@ struct Mailboxes::Cell {
   ReorderBuffer<Delivery> order;
   bool scheduled = false;
   bool running = false;  // a handler runs: destroyActors leaves the actor to its drain
-  bool closed = false;  // removed: nothing more is handled, whatever arrives is refused
+  bool closed = false;   // removed: nothing more is handled, whatever arrives is refused
 
   // With `mutex` held: true when the caller must schedule the drain of what
   // the mailbox holds (none is queued or running).
   bool claimDrain() { return !mailbox.empty() && !std::exchange(scheduled, true); }
 };
 
-Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply,
-                     FlowControl& flow)
+Mailboxes::Mailboxes(Proc& proc, std::shared_ptr<Executor> pool, ReplyFn reply, FlowControl& flow)
     : proc_(proc),
       flow_(flow),
       pool_(std::move(pool)),
@@ -117,11 +116,14 @@ bool Mailboxes::remove(std::uint64_t local, const RemoteFailure* death) {
   }
   // DLV-1: what waited fails now, not when the sender gives up.
   RemoteFailure why = death ? *death
-                            : RemoteFailure{RemoteFailure::kActorStopped, "",
+                            : RemoteFailure{RemoteFailure::kActorStopped,
+                                            "",
                                             "actor '" + cell->actor->name() + "' (" +
                                                 wire::toString(cell->actor->id()) +
                                                 ") was stopped before it handled this message",
-                                            "", "", proc_.rank()};
+                                            "",
+                                            "",
+                                            proc_.rank()};
   for (auto& delivery : waiting) refuse(delivery, why);
   return true;  // the actor itself goes with the last reference to its cell (a running drain's)
 }
@@ -138,9 +140,12 @@ RemoteFailure Mailboxes::absent(const wire::ActorId& dest) {
     auto it = deaths_.find(dest.local);
     if (it != deaths_.end()) return it->second;
   }
-  return RemoteFailure{RemoteFailure::kActorStopped, "",
-                       "no actor " + wire::toString(dest) + " (never spawned, or stopped)", "",
-                       "", proc_.rank()};
+  return RemoteFailure{RemoteFailure::kActorStopped,
+                       "",
+                       "no actor " + wire::toString(dest) + " (never spawned, or stopped)",
+                       "",
+                       "",
+                       proc_.rank()};
 }
 
 void Mailboxes::enqueue(Delivery&& delivery, bool onThisThread) {
@@ -238,8 +243,8 @@ void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
             "delivering the {} that waited for them, and telling rank {}",
             result.skipped, wire::toString(sender), cell->actor->name(), gapTimeout_.count(),
             cell->mailbox.size() - before, sender.rank);
-        lost = LostMessages{sender,       cell->actor->id(), cell->actor->name(),
-                            result.skipped, result.first,    result.last};
+        lost = LostMessages{sender,         cell->actor->id(), cell->actor->name(),
+                            result.skipped, result.first,      result.last};
       }
       schedule = cell->claimDrain();
     }
@@ -344,8 +349,8 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
     if (!alsoFailed.empty()) cause += "\n" + alsoFailed;
     t_currentActor = outer;
     t_currentProc = outerProc;
-    failure = RemoteFailure{RemoteFailure::kActorFailed, "", cause, actor.name(),
-                            proc_.host(proc_.rank()), proc_.rank()};
+    failure = RemoteFailure{RemoteFailure::kActorFailed, "",          cause, actor.name(),
+                            proc_.host(proc_.rank()),    proc_.rank()};
     proc_.failLocal(actor.id().local, ActorFailed(failure.rank, failure.host, actor.name(), cause));
   }
   if (delivery.complete) {
@@ -363,13 +368,16 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
     }
   }
   if (!result && oneWay && !dies) {  // a system agent: it serves on, but the modules hear
-    for (Proc::Module* module : proc_.modules()) module->actorFailed(actor.id(), actor.name(), cause);
+    for (Proc::Module* module : proc_.modules())
+      module->actorFailed(actor.id(), actor.name(), cause);
   }
 }
 
 void Mailboxes::quiesce(std::chrono::steady_clock::time_point deadline) {
   stopping_ = true;
-  int ownDrain = pool_->inPool() && t_currentActor != nullptr ? 1 : 0;  // from a handler
+  // From a handler of this Proc's: its own drain (on a pool thread, or on a
+  // shared-memory reader that runs handlers itself) stays active meanwhile.
+  int ownDrain = t_currentProc == &proc_ && t_currentActor != nullptr ? 1 : 0;
   while (activeDrains_ > ownDrain && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

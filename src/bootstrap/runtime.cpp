@@ -159,7 +159,7 @@ std::unique_ptr<transport::Transport> listen(const Topology& topo, const transpo
     options.heartbeatInterval =
         env::millis("CROWN_HEARTBEAT_INTERVAL_MS", 1s, std::chrono::milliseconds(0));
     options.heartbeatMisses = static_cast<int>(env::integer("CROWN_HEARTBEAT_MISSES", 5, 1, 1000));
-    std::string sameHost = env::choice("CROWN_SAME_HOST_TRANSPORT", "unix", {"shm", "unix", "tcp"});
+    std::string sameHost = env::choice("CROWN_SAME_HOST_TRANSPORT", "shm", {"shm", "unix", "tcp"});
     options.listenLocal = sameHost != "tcp";
     options.sharedMemory = sameHost == "shm";
     options.security = transport::fabricSecurityFromEnv();

@@ -1,5 +1,7 @@
 #include "transport/io_pool_impl.h"
 
+#include "transport/inline_tasks.h"
+
 #include "crown/common/blocking.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
@@ -50,15 +52,16 @@ void IoPool::post(std::function<void()> task) {
 }
 
 void IoPool::defer(std::function<void()> task) {
+  if (InlineTasks* here = InlineTasks::on(*this)) return here->push(std::move(task));
   boost::asio::defer(impl_->io, asTask(*impl_, std::move(task)));
 }
 
 void IoPool::after(std::chrono::milliseconds delay, std::function<void()> task) {
   auto timer = std::make_shared<boost::asio::steady_timer>(impl_->io, delay);
-  timer->async_wait([timer, task = asTask(*impl_, std::move(task))](
-                        const boost::system::error_code& error) {
-    if (!error) task();
-  });
+  timer->async_wait(
+      [timer, task = asTask(*impl_, std::move(task))](const boost::system::error_code& error) {
+        if (!error) task();
+      });
 }
 
 void IoPool::stop() {
@@ -75,8 +78,8 @@ void IoPool::stop() {
   // SHT-1: a task that never returns (an endpoint stuck in user code) must
   // not hold the process: past the bound, its thread is left to run on, and
   // the shared state it holds lives until it returns, if ever.
-  auto deadline = std::chrono::steady_clock::now() + env::millis("CROWN_FLUSH_TIMEOUT_MS",
-                                                                 std::chrono::seconds(5));
+  auto deadline = std::chrono::steady_clock::now() +
+                  env::millis("CROWN_FLUSH_TIMEOUT_MS", std::chrono::seconds(5));
   std::size_t leftBehind = 0;
   for (auto& worker : impl_->workers) {
     if (worker.thread.get_id() == std::this_thread::get_id()) {
@@ -95,9 +98,10 @@ void IoPool::stop() {
     }
   }
   if (leftBehind > 0) {
-    log::get().warn("{} pool thread{} still in a task at shutdown (a handler that never "
-                    "returns?): left to run while the process exits", leftBehind,
-                    leftBehind == 1 ? " is" : "s are");
+    log::get().warn(
+        "{} pool thread{} still in a task at shutdown (a handler that never "
+        "returns?): left to run while the process exits",
+        leftBehind, leftBehind == 1 ? " is" : "s are");
   }
 }
 
@@ -132,7 +136,8 @@ void IoPool::Impl::addRunner() {
   }
   Worker& worker = workers.emplace_back();
   worker.running = true;
-  worker.thread = std::thread([keepAlive = self.lock(), &worker] { keepAlive->workerMain(worker); });
+  worker.thread =
+      std::thread([keepAlive = self.lock(), &worker] { keepAlive->workerMain(worker); });
 }
 
 void IoPool::Impl::workerMain(Worker& self) {

@@ -82,6 +82,16 @@ TEST_F(RuntimeTest, ActorsCallEachOtherAcrossRanks) {
   EXPECT_EQ(workers[3].call<Rank>(AskPeer{ActorRef<>(workers[0].id())}).get(10s), 0u);
 }
 
+// The answer comes back over the very link that carried the question: over
+// shared memory the handler runs on that link's reader, which must hand the
+// reading on while it waits (reader_turns.h), or the answer is never read.
+TEST_F(RuntimeTest, AnActorWaitsForAnAnswerFromTheRankThatAskedIt) {
+  auto workers = ctl.spawnOnEveryRank<Worker>("asked", std::string("a"));
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(workers[1].call<Rank>(AskPeer{ActorRef<>(workers[0].id())}).get(10s), 0u);
+  }
+}
+
 TEST_F(RuntimeTest, SlowRequestTimesOutAndTheActorKeepsServing) {
   auto worker = ctl.spawn<Worker>(1, "sleepy", std::string("s"));
   auto start = std::chrono::steady_clock::now();

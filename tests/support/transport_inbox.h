@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -41,14 +42,18 @@ struct TransportInbox {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<Received> received;
-  std::vector<std::string> failed;  // payloads handed back
+  std::vector<std::string> failed;             // payloads handed back
   std::vector<transport::LinkError> failures;  // why, for each of them
   std::vector<Rank> lost;
   std::vector<transport::LinkError> lostWhy;
+  /// Runs in the delivery of each message, before it is recorded (set it
+  /// before the transport starts).
+  std::function<void(const wire::Bytes& payload)> onDeliver;
 
   transport::TransportCallbacks callbacks() {
     transport::TransportCallbacks callbacks;
     callbacks.onMessage = [this](Rank from, wire::Envelope&& envelope, wire::Bytes&& payload) {
+      if (onDeliver) onDeliver(payload);
       record([&] { received.push_back({from, envelope.type, payload}); });
     };
     callbacks.onSendFailed = [this](Rank, transport::OutMessage&& message,

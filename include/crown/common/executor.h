@@ -19,8 +19,9 @@ class Executor {
   /// Runs `task` on whichever thread is free.
   virtual void post(std::function<void()> task) = 0;
   /// Runs `task` on this executor thread once its current task returns
-  /// (from elsewhere: as post). For a current task that does not block after
-  /// it: the deferred task waits for it.
+  /// (from elsewhere: as post; from a thread that runs this executor's
+  /// deferred tasks itself, there: transport/inline_tasks.h). For a current
+  /// task that does not block after it: the deferred task waits for it.
   virtual void defer(std::function<void()> task) = 0;
   /// Runs `task` once `delay` has passed (not at all if the executor stops first).
   virtual void after(std::chrono::milliseconds delay, std::function<void()> task) = 0;

@@ -137,7 +137,8 @@ struct AsioOptions {
   /// the TCP/IP stack (CROWN_SAME_HOST_TRANSPORT=tcp turns this off).
   bool listenLocal = true;
   /// Ranks on this host exchange frames through shared-memory rings
-  /// (CROWN_SAME_HOST_TRANSPORT=shm; src/transport/shm/shm_backend.h).
+  /// (CROWN_SAME_HOST_TRANSPORT=shm, the runtime's default;
+  /// src/transport/shm/shm_backend.h).
   bool sharedMemory = false;
   /// The threads that run the links (shared with the actors); when null the
   /// transport makes and runs its own pool of one thread.

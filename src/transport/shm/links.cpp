@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "crown/common/log.h"
+#include "transport/inline_tasks.h"
 #include "transport/shm/record.h"
 #include "transport/shm/socket_util.h"
 
@@ -56,7 +57,7 @@ std::optional<SocketNews> OutLink::watch(int wakeFd) {
 }
 
 InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimits& limits,
-                         const Sink& sink) {
+                         const Sink& sink, const Executor& executor) {
   for (;;) {
     std::uint64_t length = 0;
     Ring::Result got = ring->begin(length, std::chrono::steady_clock::now() + slice);
@@ -81,9 +82,17 @@ InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimit
         sink.onAnswer(peer, frame.envelope.requestId);
       }
       if (kind != wire::MessageKind::kNotice) {
-        // On the reader's own thread, so frames from one peer keep their
-        // order (as a link's strand does); what it starts goes to the pool.
+        // Delivered on the reader's own thread, never relieved meanwhile, so
+        // frames from one peer keep their order (ORD-1, as a link's strand
+        // keeps it): a stream's entry is taken before its final answer. The
+        // handler the delivery starts runs here too, with no hand-off, and
+        // only that may be relieved, when it blocks or runs long.
+        InlineTasks deferred(executor);
         sink.onFrame(peer, std::move(frame.envelope), std::move(frame.payload));
+        if (deferred.empty()) continue;
+        turns->beginInline();
+        deferred.runAll();
+        if (!turns->endInline()) return End::kRelieved;
       } else if (frame.envelope.type == wire::kNoticeDeparting) {
         sink.onLastWords(peer, std::move(frame.payload));
       }  // another notice is of a later version: nothing to do here

@@ -18,7 +18,9 @@
 #include <thread>
 #include <unordered_set>
 
+#include "crown/common/executor.h"
 #include "crown/transport/transport.h"
+#include "transport/shm/reader_turns.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/socket_util.h"
 
@@ -65,7 +67,7 @@ struct InLink {
   std::atomic<bool> up{false};  // authenticated, its ring attached; false once read to the end
   std::optional<Ring> ring;
   std::atomic<std::int64_t> heard{0};  // ticks of the last record or heartbeat byte
-  std::thread reader;
+  std::shared_ptr<ReaderTurns> turns;  // who reads it
 
   struct Sink {
     std::function<void(Rank, wire::Envelope&&, wire::Bytes&&)> onFrame;
@@ -75,12 +77,16 @@ struct InLink {
   enum class End {
     kPeerGone,  ///< the ring closed or the peer's end of the socket went
     kRefused,   ///< a frame broke the format or the limits: refused, the link closed
+    kRelieved,  ///< this thread ran a handler and was relieved meanwhile (turns)
   };
   /// The reader's body: records to the sink until the ring closes or the
   /// peer's end of the socket goes, looking at the socket at least every
   /// `slice`. What the peer wrote before it went is read first. A bad frame
   /// is refused back over the socket (sendRefusal), and the link closed.
-  End read(std::chrono::milliseconds slice, const wire::FrameLimits& limits, const Sink& sink);
+  /// What a frame's delivery defers to `executor` runs here, right after it
+  /// (inline_tasks.h), unless `turns` relieves this thread of the reading.
+  End read(std::chrono::milliseconds slice, const wire::FrameLimits& limits, const Sink& sink,
+           const Executor& executor);
 };
 
 }  // namespace crown::transport::shm

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -162,17 +163,29 @@ bool Ring::await(Ready ready, std::atomic<std::uint32_t>& word,
                  std::atomic<std::uint32_t>& sleeping,
                  std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
-  auto spinUntil = Clock::now() + spin_;
-  do {
+  const auto start = Clock::now();
+  auto spinUntil = start + spin_;
+  // Yielding now and then: with as many ranks as cores, the thread this
+  // one waits for (the peer's, or a handler of this process) may share its core.
+  for (unsigned round = 1; spin_.count() > 0; ++round) {
     if (ready()) {
-      spin_ = std::min(spinLimit_, spin_ * 2 + std::chrono::nanoseconds(500));
+      spin_ = spinLimit_;  // caught spinning: keep spinning
       return true;
     }
     relax();
-  } while (spin_.count() > 0 && Clock::now() < spinUntil);
-  spin_ /= 2;  // it took longer than the spin: spin less next time
+    if (round % 16 == 0) {
+      sched_yield();
+      if (Clock::now() >= spinUntil) break;
+    }
+  }
+  auto adapt = [&] {  // a wait the full spin would have caught: spin it next time
+    spin_ = Clock::now() - start <= spinLimit_ ? spinLimit_ : spin_ / 2;
+  };
   for (;;) {
-    if (ready()) return true;
+    if (ready()) {
+      adapt();
+      return true;
+    }
     if (header_->closed.load()) return false;
     auto now = Clock::now();
     if (now >= deadline) return false;

@@ -2,10 +2,11 @@
 // reader, in a memfd segment that the two processes of a link map. Records
 // are a 64-bit length and that many bytes, of any size: one larger than the
 // ring goes through in pieces as the reader takes them. A side that waits
-// spins briefly, then sleeps on a futex in the segment, so an idle link
-// costs no CPU; the spin adapts (longer while waits end during it, shorter
-// while they end asleep), and is 0 when spinning is off (more ranks than
-// cores).
+// spins briefly (yielding its core now and then), then sleeps on a futex in
+// the segment, so an idle link costs no CPU; the spin adapts (the whole
+// limit after a wait that it caught or would have caught, half as long
+// after each longer one), and is 0 when spinning is off (more ranks than
+// cores, shm_backend.cpp).
 //
 // Its segments travel over an authenticated Unix socket with SCM_RIGHTS
 // (sendFd/receiveFd), so SEC-1 holds for what may write into them: the
@@ -81,7 +82,7 @@ class Ring {
 
   /// The most a wait spins before it sleeps (0: never spins); adapted
   /// below this bound.
-  void setSpinLimit(std::chrono::nanoseconds limit) { spinLimit_ = limit; }
+  void setSpinLimit(std::chrono::nanoseconds limit) { spin_ = spinLimit_ = limit; }
   /// How many waits of this end went to sleep (for the tests of idle cost).
   std::uint64_t sleeps() const { return sleeps_; }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "crown/common/spin_wait.h"
 #include "transport/shm/record.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/shm_backend_impl.h"
@@ -46,6 +47,12 @@ void ShmBackend::start(std::vector<std::string> peers, TransportCallbacks callba
     std::lock_guard lock(mutex_);
     peers_ = std::move(peers);
     callbacks_ = std::move(callbacks);
+    // A ring's waiter spins only while this host's ranks have a core each:
+    // beyond that, spinners take the cores from the threads they wait for.
+    auto local = std::count_if(peers_.begin(), peers_.end(),
+                               [this](const std::string& peer) { return reaches(peer); });
+    if (local <= static_cast<long>(std::thread::hardware_concurrency()))
+      ringSpin_ = detail::spinBudget();
     acceptor_ = std::thread([this] { accept(); });
   }
   if (options_.heartbeatInterval.count() > 0) {
@@ -143,7 +150,7 @@ void ShmBackend::depart(const std::string& lastWords, std::chrono::milliseconds 
   }
 }
 
-void ShmBackend::stop(std::chrono::milliseconds) {
+void ShmBackend::stop(std::chrono::milliseconds flushBound) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
@@ -176,10 +183,14 @@ void ShmBackend::stop(std::chrono::milliseconds) {
     if (out->watcher.joinable()) out->watcher.join();
     if (out->socket >= 0) ::close(out->socket);
   }
+  // A reader ends within a read slice; one in a handler that does not
+  // return within the bound is left to end with it, reading nothing more.
+  auto bound = std::max<std::chrono::milliseconds>(flushBound, 3 * kReadSlice);
   for (auto& in : ins) {
-    if (in->reader.joinable()) in->reader.join();
+    if (in->turns) in->turns->stop(bound);
     ::close(in->socket);
   }
+  relief_.stop();
   if (ownsPool_) pool_->stop();
 }
 

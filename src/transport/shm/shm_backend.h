@@ -1,4 +1,4 @@
-// The shared-memory backend (issue 14, CROWN_SAME_HOST_TRANSPORT=shm, opt-in): a
+// The shared-memory backend (issue 14, CROWN_SAME_HOST_TRANSPORT=shm, the default): a
 // Backend for the peers of this host, whose frames go through rings
 // (ring.h) instead of sockets. A link is one way: the first frame to a peer
 // connects to its abstract Unix socket, authenticates with the fabric's

@@ -3,15 +3,17 @@
 // and shm_backend_links.cpp (heartbeats, connecting, accepting, serving,
 // a refusal, losing a peer).
 //
-// Threads: one accepts links (and runs their handshakes, link_setup.h,
-// each bounded by the auth timeout); each inbound link has a reader, which
-// sleeps in its ring when idle; each outbound link has a watcher, asleep in
-// poll() on its socket until the peer's heartbeat bytes come or it goes
-// (links.h). Frames are written by the sender's own thread, under the
-// link's mutex, and delivered by the link's reader, so frames to one peer
-// keep their order (ORD-1's transport half). onMessage runs on the reader
-// (the router hands handlers to the pool); the failure callbacks run on the
-// pool, never on the sender's thread.
+// Threads: one accepts links; each inbound link has a reader, which runs
+// its handshake (link_setup.h, bounded by the auth timeout) and then reads
+// its ring, spinning briefly and then asleep when idle; each outbound link
+// has a watcher, asleep in poll() on its socket until the peer's heartbeat
+// bytes come or it goes (links.h). Frames are written by the sender's own
+// thread, under the link's mutex, and delivered by the link's reader, so
+// frames to one peer keep their order (ORD-1's transport half). onMessage
+// runs on the reader, and so does the handler it starts, with no hand-off
+// to the pool: a reader whose handler blocks or runs long hands the
+// reading on to another thread of the link (reader_turns.h, relief_watch.h).
+// The failure callbacks run on the pool, never on the sender's thread.
 //
 // Heartbeats: every interval a pool task (tick) writes one byte to each
 // link's socket, both ways, and takes for lost a peer heard from on none of
@@ -31,6 +33,7 @@
 
 #include "transport/shm/links.h"
 #include "transport/shm/liveness.h"
+#include "transport/shm/relief_watch.h"
 #include "transport/shm/shm_backend.h"
 
 namespace crown::transport::shm {
@@ -102,7 +105,7 @@ class ShmBackend final : public Backend {
   // Called under out.mutex; nullopt when the link is up.
   std::optional<LinkError> connect(Rank to, Out& out);
   void accept();
-  void serve(In& in);
+  bool serve(In& in);
 
   // The peer refused a frame of this link and closed it, as an Asio link's
   // peer does (SEC-1): the link goes, the requests written on it fail
@@ -133,6 +136,8 @@ class ShmBackend final : public Backend {
   std::vector<std::shared_ptr<In>> ins_;
   std::map<Rank, LinkError> lost_;
   std::map<Rank, std::string> lastWords_;  // from the peers' departing notices
+  std::chrono::nanoseconds ringSpin_{0};   // how long a ring's waiter spins (start())
+  ReliefWatch relief_{ReliefWatch::budgetFromEnv()};
   std::thread acceptor_;
 };
 

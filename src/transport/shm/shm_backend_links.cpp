@@ -110,6 +110,7 @@ std::optional<LinkError> ShmBackend::connect(Rank to, OutLink& out) {
   if (auto* error = std::get_if<LinkError>(&opened)) return *error;
   auto& link = std::get<OpenedLink>(opened);
   out.ring.emplace(std::move(link.ring));
+  out.ring->setSpinLimit(ringSpin_);
   out.open.store(&*out.ring);
   out.heard = ticksNow();
   out.socket = link.socket;
@@ -134,27 +135,42 @@ void ShmBackend::accept() {
     auto in = std::make_shared<In>();
     in->socket = fd;
     // The handshake is bounded by the auth timeout; the reader follows it.
-    in->reader = std::thread([this, in] { serve(*in); });
+    // Each turn holds the link (a reader left in a handler past stop() too);
+    // the turns, held by the link, hold it only so.
+    auto body = [this, weak = std::weak_ptr<In>(in)] {
+      auto link = weak.lock();
+      return !link || serve(*link);
+    };
+    in->turns = ReaderTurns::make(std::move(body), [this] { relief_.busy(); });
+    relief_.watch(in->turns);
     std::lock_guard lock(mutex_);
     ins_.push_back(in);
+    in->turns->run();
   }
 }
 
-void ShmBackend::serve(InLink& in) {
-  auto link = acceptLink(in.socket, options_);
-  if (!link) return;
-  in.peer = link->peer;
-  in.lender = peerProcess(in.socket);
-  in.ring.emplace(std::move(link->ring));
-  in.heard = ticksNow();
-  in.up = true;
+// A turn at reading `in` (reader_turns.h); the first one authenticates it.
+// True once the link has ended, false when this thread was relieved.
+bool ShmBackend::serve(InLink& in) {
+  if (!in.ring) {
+    auto link = acceptLink(in.socket, options_);
+    if (!link) return true;
+    in.peer = link->peer;
+    in.lender = peerProcess(in.socket);
+    in.ring.emplace(std::move(link->ring));
+    in.ring->setSpinLimit(ringSpin_);
+    in.heard = ticksNow();
+    in.up = true;
+  }
   auto slice = kReadSlice;
   if (options_.heartbeatInterval.count() > 0) slice = std::min(slice, options_.heartbeatInterval);
   InLink::Sink sink{
       callbacks_.onMessage, [this](Rank peer, std::uint64_t id) { answered(peer, id); },
       [this](Rank peer, std::string words) { noteLastWords(peer, std::move(words)); }};
-  if (in.read(slice, options_.limits, sink) == InLink::End::kPeerGone)
-    markLost(in.peer, closedByPeer());
+  auto end = in.read(slice, options_.limits, sink, *pool_);
+  if (end == InLink::End::kRelieved) return false;
+  if (end == InLink::End::kPeerGone) markLost(in.peer, closedByPeer());
+  return true;
 }
 
 // The peer refused a frame of this link and closed it, as an Asio link's

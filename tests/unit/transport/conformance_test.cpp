@@ -5,8 +5,10 @@
 // (INSTANTIATE_TEST_SUITE_P at the end).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
 
+#include "crown/common/blocking.h"
 #include "crown/transport/local.h"
 #include "crown/transport/transport.h"
 #include "support/transport_inbox.h"
@@ -45,7 +47,8 @@ class Job {
 class AsioJob : public Job {
  public:
   using Make = std::function<std::unique_ptr<Transport>(const AsioOptions&)>;
-  AsioJob(const JobOptions& job, Make make, std::string nowhere) : Job(job.size), nowhere_(nowhere) {
+  AsioJob(const JobOptions& job, Make make, std::string nowhere)
+      : Job(job.size), nowhere_(nowhere) {
     Secret shared = randomSecret();
     for (Rank r = 0; r < job.size; ++r) {
       AsioOptions options;
@@ -108,7 +111,8 @@ struct Backend {
 
 Backend tcp() {
   return {"tcp", [](const JobOptions& job) {
-            return std::make_unique<AsioJob>(job, makeTcpBackend, "127.0.0.1:1");  // nobody on port 1
+            return std::make_unique<AsioJob>(job, makeTcpBackend,
+                                             "127.0.0.1:1");  // nobody on port 1
           }};
 }
 Backend unixSockets() {
@@ -159,11 +163,38 @@ TEST_P(TransportConformance, FramesFromEachSenderArriveInSendOrder) {
   int next[2] = {0, 0};
   for (const auto& received : inbox.received) {
     ASSERT_LT(received.from, 2u);
-    EXPECT_EQ(received.payload, (received.from == 0 ? "a" : "b") + std::to_string(next[received.from]++));
+    EXPECT_EQ(received.payload,
+              (received.from == 0 ? "a" : "b") + std::to_string(next[received.from]++));
   }
   EXPECT_EQ(next[0], kCount);
   EXPECT_EQ(next[1], kCount);
   EXPECT_TRUE(j->inbox(0).failed.empty());
+}
+
+// A delivery that waits (marked as blocking, as a raw agent's wait is, so a
+// backend that runs handlers on its reader hands the reading on) is still
+// a delivery of the link's: the peer's next frame waits for it to return.
+TEST_P(TransportConformance, ADeliveryThatWaitsHoldsBackThePeersNextFrame) {
+  auto j = job();
+  Inbox& inbox = j->inbox(1);
+  std::atomic<bool> firstReturned{false};
+  std::atomic<bool> overtaken{false};
+  inbox.onDeliver = [&](const wire::Bytes& payload) {
+    if (payload == "first") {
+      detail::BlockingScope waiting;
+      std::this_thread::sleep_for(200ms);
+      firstReturned = true;
+    } else if (!firstReturned) {
+      overtaken = true;
+    }
+  };
+  j->start({});
+  j->at(0).send(1, message(1, "first"));
+  j->at(0).send(1, message(1, "second"));
+  ASSERT_TRUE(inbox.waitFor([&] { return inbox.received.size() == 2; }, 10s));
+  EXPECT_FALSE(overtaken) << "the second frame was delivered while the first's delivery waited";
+  EXPECT_EQ(inbox.received[0].payload, "first");
+  EXPECT_EQ(inbox.received[1].payload, "second");
 }
 
 TEST_P(TransportConformance, LargeAndSegmentedPayloadsArriveWhole) {
