@@ -69,12 +69,13 @@ struct Proc::Impl {
             [this](const detail::Credit& credit) { toFlowAgent(credit.sender.rank, credit); },
             [this](const detail::CreditRequest& ask) { toFlowAgent(ask.dest.rank, ask); },
             [this](Rank rank) { return requests.alive(rank); }),
-        mailboxes(proc, options.pool,
-                  [this](const Envelope& request, MessageKind kind, std::string type,
-                         wire::Payload payload) {
-                    router.reply(request, kind, std::move(type), std::move(payload));
-                  },
-                  flow),
+        mailboxes(
+            proc, options.pool,
+            [this](const Envelope& request, MessageKind kind, std::string type,
+                   wire::Payload payload) {
+              router.reply(request, kind, std::move(type), std::move(payload));
+            },
+            flow),
         router(options.rank, options.size, *transport, requests, mailboxes) {}
 
   ActorId senderId() const {
@@ -84,8 +85,11 @@ struct Proc::Impl {
 
   template <class Message>
   void toFlowAgent(Rank rank, const Message& message) {
-    Envelope envelope{MessageKind::kOneWay, {options.rank, kFlowAgentLocalId},
-                      {rank, kFlowAgentLocalId}, 0, wire::messageName<Message>()};
+    Envelope envelope{MessageKind::kOneWay,
+                      {options.rank, kFlowAgentLocalId},
+                      {rank, kFlowAgentLocalId},
+                      0,
+                      wire::messageName<Message>()};
     router.route({std::move(envelope), wire::toBytes(message)});
   }
 
@@ -293,8 +297,8 @@ std::uint64_t Proc::requestRaw(const ActorId& dest, std::string type, wire::Payl
   if (!impl_->requests.add(id, dest.rank, complete)) {
     auto error = impl_->requests.exists(dest.rank)
                      ? impl_->lostError(*this, dest.rank, "lost earlier")
-                     : std::make_exception_ptr(ConfigError(
-                           "rank " + std::to_string(dest.rank) + " does not exist (a vacant slot)"));
+                     : std::make_exception_ptr(ConfigError("rank " + std::to_string(dest.rank) +
+                                                           " does not exist (a vacant slot)"));
     complete(Outcome{error, {}, {}});
     return id;
   }
@@ -313,13 +317,13 @@ void Proc::sendRaw(const ActorId& dest, std::string type, wire::Payload payload)
 
 void Proc::deliverLocal(wire::Envelope envelope, wire::Bytes payload, detail::Completion complete) {
   envelope.dest.rank = impl_->options.rank;
-  // From a raw agent on the pool thread that read the cast, run the actor
-  // right after it, as a network delivery does; never defer from inside a
-  // handler, which may block afterwards (Mailboxes::enqueue).
+  // From a raw agent on the thread that read the cast (a pool thread, or a
+  // shared-memory link's reader), run the actor right after it, as a
+  // network delivery does; never defer from inside a handler, which may
+  // block afterwards (Mailboxes::enqueue).
   bool onThisThread = impl_->options.pool->inPool() && detail::runningActor() == nullptr;
   impl_->mailboxes.enqueue(
-      detail::Delivery{std::move(envelope), std::move(payload), std::move(complete)},
-      onThisThread);
+      detail::Delivery{std::move(envelope), std::move(payload), std::move(complete)}, onThisThread);
 }
 
 void Proc::reply(const wire::Envelope& request, std::string type, wire::Payload payload) {

@@ -105,7 +105,9 @@ void IoPool::stop() {
   }
 }
 
-bool IoPool::inPool() const { return t_state.pool == impl_.get(); }
+bool IoPool::inPool() const {
+  return t_state.pool == impl_.get() || InlineTasks::on(*this) != nullptr;
+}
 
 int IoPool::runningThreads() const {
   std::lock_guard lock(impl_->mutex);

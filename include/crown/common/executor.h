@@ -28,7 +28,9 @@ class Executor {
   /// Stops running tasks and ends the threads; from one of its own threads
   /// too, which then ends once its current task returns.
   virtual void stop() = 0;
-  /// True on one of this executor's threads.
+  /// True on one of this executor's threads, or on a thread that runs its
+  /// deferred tasks itself (transport/inline_tasks.h): where defer() runs
+  /// the task on this very thread once the current one returns.
   virtual bool inPool() const = 0;
 };
 

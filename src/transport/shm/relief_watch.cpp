@@ -53,17 +53,19 @@ void ReliefWatch::main() {
       running = true;
       if (now - *since >= budget_) link->relieve(*since);
     }
-    if (!running) {
-      // Asleep first, then a last look: a busy() that came in between sees
-      // the flag, or its count is seen here.
-      asleep_.store(true);
-      if (begun_.load() == seen) {
-        cv_.wait(lock, [this] { return stopped_ || !asleep_.load(); });
-      }
-      asleep_.store(false);
-    } else {
+    if (running || begun_.load() != seen) {
+      // A handler runs, or short ones keep beginning: look again a budget
+      // later (never at once: a stream of short handlers would keep this
+      // thread looking, on a core the handlers need).
+      seen = begun_.load();
       cv_.wait_for(lock, budget_);
+      continue;
     }
+    // Idle since the last look: asleep first, then a last look, so a busy()
+    // that came in between sees the flag, or its count is seen here.
+    asleep_.store(true);
+    if (begun_.load() == seen) cv_.wait(lock, [this] { return stopped_ || !asleep_.load(); });
+    asleep_.store(false);
     seen = begun_.load();
   }
 }

@@ -201,14 +201,16 @@ bool Ring::await(Ready ready, std::atomic<std::uint32_t>& word,
   }
 }
 
-bool Ring::putBytes(std::span<const std::byte> bytes,
+bool Ring::putBytes(std::span<const std::byte> bytes, std::uint64_t& head,
                     std::chrono::steady_clock::time_point deadline) {
   Header& h = *header_;
   const std::uint64_t capacity = h.capacity;
-  std::uint64_t head = h.head.load(std::memory_order_relaxed);
   while (!bytes.empty()) {
     std::uint64_t room = capacity - (head - h.tail.load(std::memory_order_acquire));
     if (room == 0) {
+      // A record larger than the room goes through in pieces: the reader
+      // must see this one to make room for the next.
+      publish(head);
       if (!await([&] { return h.tail.load(std::memory_order_acquire) != head - capacity; },
                  h.roomWord, h.writerSleeping, deadline)) {
         return false;
@@ -222,11 +224,16 @@ bool Ring::putBytes(std::span<const std::byte> bytes,
     std::memcpy(data_, bytes.data() + first, n - first);
     head += n;
     bytes = bytes.subspan(n);
-    h.head.store(head);  // seq_cst: before the word and the sleeper's flag
-    h.dataWord.fetch_add(1);
-    if (h.readerSleeping.load()) futexWake(h.dataWord);
   }
   return true;
+}
+
+void Ring::publish(std::uint64_t head) {
+  Header& h = *header_;
+  if (h.head.load(std::memory_order_relaxed) == head) return;
+  h.head.store(head);  // seq_cst: before the word and the sleeper's flag
+  h.dataWord.fetch_add(1);
+  if (h.readerSleeping.load()) futexWake(h.dataWord);
 }
 
 bool Ring::takeBytes(std::byte* out, std::size_t size,
@@ -264,9 +271,15 @@ Ring::Result Ring::write(std::span<const std::span<const std::byte>> parts,
   if (header_->closed.load()) return Result::kClosed;
   std::uint64_t length = 0;
   for (const auto& part : parts) length += part.size();
-  bool whole = putBytes(std::as_bytes(std::span(&length, 1)), deadline);
-  for (const auto& part : parts) whole = whole && putBytes(part, deadline);
-  if (whole) return Result::kDone;
+  // One publication per record, not one per part: each is a store and a
+  // read-modify-write on lines the reader polls.
+  std::uint64_t head = header_->head.load(std::memory_order_relaxed);
+  bool whole = putBytes(std::as_bytes(std::span(&length, 1)), head, deadline);
+  for (const auto& part : parts) whole = whole && putBytes(part, head, deadline);
+  if (whole) {
+    publish(head);
+    return Result::kDone;
+  }
   bool closed = header_->closed.load();
   close();  // half a record must not be read as a whole one
   return closed ? Result::kClosed : Result::kTimedOut;

@@ -93,7 +93,12 @@ class Ring {
   template <class Ready>
   bool await(Ready ready, std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleeping,
              std::chrono::steady_clock::time_point deadline);
-  bool putBytes(std::span<const std::byte> bytes, std::chrono::steady_clock::time_point deadline);
+  // Copies `bytes` in at `head`, the writer's cursor, and moves it on;
+  // what is copied is published only where the room runs out (publish).
+  bool putBytes(std::span<const std::byte> bytes, std::uint64_t& head,
+                std::chrono::steady_clock::time_point deadline);
+  // Hands the reader everything up to `head`, waking it if it sleeps.
+  void publish(std::uint64_t head);
   bool takeBytes(std::byte* out, std::size_t size, std::chrono::steady_clock::time_point deadline);
   template <class Buffer>
   Result readRecord(Buffer& out, std::chrono::steady_clock::time_point deadline);

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "crown/actor/future.h"
 #include "crown/transport/io_pool.h"
+#include "transport/inline_tasks.h"
 
 namespace crown::transport {
 namespace {
@@ -21,6 +23,31 @@ TEST(IoPool, RunsPostedTasks) {
   ASSERT_EQ(result.wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(result.get());
   EXPECT_FALSE(pool.inPool());
+}
+
+// A thread that runs the pool's deferred tasks itself (a shared-memory
+// link's reader) counts as the pool's: what it defers runs on it, after
+// the current work, in order, and nothing goes to the pool's threads.
+TEST(IoPool, AThreadThatRunsDeferredTasksItselfRunsThemInOrder) {
+  IoPool pool;
+  pool.start();
+  std::vector<int> order;
+  {
+    InlineTasks deferred(pool);
+    EXPECT_TRUE(pool.inPool());
+    pool.defer([&] {
+      order.push_back(1);
+      pool.defer([&] { order.push_back(3); });  // deferred by a deferred task: after the rest
+    });
+    pool.defer([&] { order.push_back(2); });
+    EXPECT_TRUE(order.empty());  // nothing ran yet: it waits for the current work
+    deferred.runAll();
+  }
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_FALSE(pool.inPool());  // uninstalled with its scope
+  IoPool other;
+  InlineTasks forOther(other);
+  EXPECT_FALSE(pool.inPool());  // installed for another executor only
 }
 
 TEST(IoPool, ABlockedTaskDoesNotStarveTheTaskItWaitsFor) {
