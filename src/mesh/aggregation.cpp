@@ -43,12 +43,17 @@ void Aggregation::child(CastResult&& subtree, const CastTree& tree, std::size_t 
       // it holds: the subtree's members that have no entry of their own.
       if (auto error = fold(subtree.valueType, subtree.value)) {
         std::set<std::uint64_t> failed;
-        for (const auto& entry : subtree.entries) failed.insert(entry.rank);
+        for (std::size_t i = 0; i < subtree.entries.size(); ++i) failed.insert(subtree.entries.rank(i));
         for (std::size_t rank : tree.subtree(hop))
           if (!failed.count(rank)) result_.entries.push_back(failureEntry(rank, error));
       }
     }
-    for (auto& entry : subtree.entries) add(std::move(entry));
+    if (mode_ == CastMode::kCollect) {
+      // The subtree's columns join this hop's as they are (issue 14).
+      result_.entries.append(std::move(subtree.entries));
+    } else {
+      for (CastEntry entry : subtree.entries) add(std::move(entry));
+    }
   }
   finishPart();
 }
@@ -93,7 +98,7 @@ void Aggregation::add(CastEntry&& entry) {
     default:
       break;
   }
-  result_.entries.push_back(std::move(entry));
+  result_.entries.push_back(entry);
 }
 
 std::exception_ptr Aggregation::fold(const std::string& type, const wire::Bytes& value) {

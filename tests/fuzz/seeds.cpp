@@ -62,6 +62,8 @@ fuzz::ArchiveTypes archiveSamples() {
   using mesh::Slice;
   Slice slice = Slice::rowMajor({2, 4});
   mesh::CastEntry entry{3, true, "int", wire::toBytes(42)};
+  mesh::CastResult result{{}, true, "int", wire::toBytes(7)};
+  result.entries.push_back(entry);
   return {true,
           42,
           "text",
@@ -79,7 +81,7 @@ fuzz::ArchiveTypes archiveSamples() {
           {"factory", "mesh", wire::packValues(7), 11, mesh::Shape({{"procs", 4}})},
           {11},
           entry,
-          {{entry}, true, "int", wire::toBytes(7)},
+          result,
           castTo(slice, 2, mesh::CastMode::kCollect),
           {0, 1, entry}};
 }

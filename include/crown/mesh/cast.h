@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "crown/actor/proc.h"
+#include "crown/mesh/cast_entries.h"
 #include "crown/mesh/slice.h"
 #include "crown/wire/serialize.h"
 
@@ -39,23 +40,12 @@ enum class CastMode : std::uint8_t {
   kStream = 3,     ///< each reply relayed up as it comes
 };
 
-/// One member's outcome: its reply, or a detail::RemoteFailure.
-struct CastEntry {
-  std::uint64_t rank = 0;
-  bool ok = false;
-  std::string type;     ///< the reply's type name (ok)
-  wire::Bytes payload;  ///< the reply, or the RemoteFailure
-
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& rank& ok& type& payload;
-  }
-};
-
 /// What a subtree sends up: every entry (collect), or the reduced value and
-/// the failed entries (reduce), or nothing but completion (stream).
+/// the failed entries (reduce), or nothing but completion (stream). The
+/// entries are columnar, so a hop forwards its children's without
+/// re-encoding them.
 struct CastResult {
-  std::vector<CastEntry> entries;
+  CastEntries entries;
   bool hasValue = false;
   std::string valueType;
   wire::Bytes value;
@@ -85,3 +75,4 @@ void cast(Proc& proc, CastRequest request, std::function<void(CastResult&&)> don
 }  // namespace crown::mesh
 
 CROWN_MESSAGE(crown::mesh::CastResult, "crown::CastResult");
+CROWN_WIRE_PLAIN(crown::mesh::CastResult)

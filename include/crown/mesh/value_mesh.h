@@ -81,7 +81,7 @@ class ValueMesh {
     std::vector<Entry> entries(shape.size());
     for (auto& entry : entries)
       entry.error = std::make_exception_ptr(Error("no reply came back for this member"));
-    for (auto& cast : result.entries) {
+    for (const mesh::CastEntry& cast : result.entries) {
       Entry& entry = entries.at(shape.slice().indexOf(cast.rank));
       entry.error = nullptr;
       mesh::detail::decodeEntry<R>(cast, entry.value, entry.error, "call");

@@ -20,6 +20,7 @@
 #include "crown/common/error.h"
 #include "crown/wire/archive.h"
 #include "crown/wire/payload.h"  // Bytes
+#include "crown/wire/plain.h"
 
 namespace crown::wire {
 
