@@ -60,7 +60,7 @@ InLink::End InLink::read(std::chrono::milliseconds slice, const wire::FrameLimit
                          const Sink& sink, const Executor& executor) {
   for (;;) {
     std::uint64_t length = 0;
-    Ring::Result got = ring->begin(length, std::chrono::steady_clock::now() + slice);
+    Ring::Result got = ring->begin(length, slice);
     if (got == Ring::Result::kDone) {
       heard = ticksNow();
       Frame frame;

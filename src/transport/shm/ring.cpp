@@ -163,6 +163,10 @@ bool Ring::await(Ready ready, std::atomic<std::uint32_t>& word,
                  std::atomic<std::uint32_t>& sleeping,
                  std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
+  if (ready()) {  // no clock read when the wait is over before it began
+    spin_ = spinLimit_;
+    return true;
+  }
   const auto start = Clock::now();
   auto spinUntil = start + spin_;
   // Yielding now and then: with as many ranks as cores, the thread this
@@ -330,6 +334,15 @@ Ring::Result Ring::begin(std::uint64_t& length, std::chrono::steady_clock::time_
     return Result::kClosed;
   }
   return Result::kDone;
+}
+
+Ring::Result Ring::begin(std::uint64_t& length, std::chrono::nanoseconds patience) {
+  // Only this reader moves the tail, so a ring seen holding a byte still
+  // holds it in begin(): it will not wait, and needs no deadline.
+  if (header_->head.load() != header_->tail.load()) {
+    return begin(length, std::chrono::steady_clock::time_point::max());
+  }
+  return begin(length, std::chrono::steady_clock::now() + patience);
 }
 
 bool Ring::take(std::span<std::byte> out) {

@@ -60,6 +60,9 @@ class Ring {
   /// gives its length; the reader then takes exactly that many bytes with
   /// take() before it begins another. Reader side only.
   Result begin(std::uint64_t& length, std::chrono::steady_clock::time_point deadline);
+  /// begin() waiting at most `patience` from now; the clock is read only
+  /// when the ring is empty, so a reader kept busy never reads it.
+  Result begin(std::uint64_t& length, std::chrono::nanoseconds patience);
   /// The next `out.size()` bytes of the record begun, however long the
   /// writer takes; false once the ring closed first.
   bool take(std::span<std::byte> out);
