@@ -183,7 +183,7 @@ struct CastAgent::Impl {
     auto aggregation = makeAggregation(
         mode, message.reducer, targets.parts() + 1, targets.live,
         {message.origin.rank, message.castId}, memberStreams_,
-        [this, parent](CastResult&& result) {
+        [this, parent = std::move(parent)](CastResult&& result) {
           proc_.reply(parent, kCastResultType, wire::toBytes(result));
         },
         std::move(relayUp));

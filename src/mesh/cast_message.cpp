@@ -46,7 +46,8 @@ ReceivedCast decodeCast(const wire::Bytes& bytes, Rank here, std::size_t worldSi
     throw ProtocolError("rank " + std::to_string(here) + " received a cast to slice " +
                         slice.toString() + ", which does not hold it");
   }
-  cast.tree = std::make_shared<const CastTree>(slice, message.fanout);
+  // The tree keeps the slice; the message needs it no more (ReceivedCast).
+  cast.tree = std::make_shared<const CastTree>(std::move(cast.message.slice), message.fanout);
   cast.seq = seqAt(message.seqs, cast.tree->indexOf(here));
   return cast;
 }

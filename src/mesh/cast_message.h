@@ -52,7 +52,7 @@ struct CastMessage {
 /// fan-out is at least 1, and its members are ranks of the job, the receiving
 /// rank among them.
 struct ReceivedCast {
-  CastMessage message;
+  CastMessage message;  ///< but its slice, moved into the tree
   CastMode mode = CastMode::kBroadcast;
   std::shared_ptr<const CastTree> tree;
   std::uint64_t seq = 0;  ///< ORD-1 position of the receiving rank's member
