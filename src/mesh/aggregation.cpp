@@ -43,7 +43,8 @@ void Aggregation::child(CastResult&& subtree, const CastTree& tree, std::size_t 
       // it holds: the subtree's members that have no entry of their own.
       if (auto error = fold(subtree.valueType, subtree.value)) {
         std::set<std::uint64_t> failed;
-        for (std::size_t i = 0; i < subtree.entries.size(); ++i) failed.insert(subtree.entries.rank(i));
+        for (std::size_t i = 0; i < subtree.entries.size(); ++i)
+          failed.insert(subtree.entries.rank(i));
         for (std::size_t rank : tree.subtree(hop))
           if (!failed.count(rank)) result_.entries.push_back(failureEntry(rank, error));
       }
