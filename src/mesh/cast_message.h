@@ -78,6 +78,3 @@ struct CastPartial {
 
 CROWN_MESSAGE(crown::mesh::detail::CastMessage, "crown::CastMessage");
 CROWN_MESSAGE(crown::mesh::detail::CastPartial, "crown::CastPartial");
-CROWN_WIRE_PLAIN(crown::mesh::detail::SeqRun)
-CROWN_WIRE_PLAIN(crown::mesh::detail::CastMessage)
-CROWN_WIRE_PLAIN(crown::mesh::detail::CastPartial)

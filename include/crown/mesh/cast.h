@@ -75,4 +75,3 @@ void cast(Proc& proc, CastRequest request, std::function<void(CastResult&&)> don
 }  // namespace crown::mesh
 
 CROWN_MESSAGE(crown::mesh::CastResult, "crown::CastResult");
-CROWN_WIRE_PLAIN(crown::mesh::CastResult)

@@ -99,6 +99,3 @@ class CastEntries {
 };
 
 }  // namespace crown::mesh
-
-CROWN_WIRE_PLAIN(crown::mesh::CastEntry)
-CROWN_WIRE_PLAIN(crown::mesh::CastEntries)

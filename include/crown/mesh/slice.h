@@ -31,8 +31,6 @@
 #include <string>
 #include <vector>
 
-#include "crown/wire/plain.h"
-
 namespace crown::mesh {
 
 /// As the end of a range: up to the end of the dimension.
@@ -179,5 +177,3 @@ class Slice {
 std::ostream& operator<<(std::ostream& out, const Slice& slice);
 
 }  // namespace crown::mesh
-
-CROWN_WIRE_PLAIN(crown::mesh::Slice)

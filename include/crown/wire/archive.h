@@ -3,13 +3,24 @@
 // std::string and read straight from memory. Boost's own binary archives
 // build a std::locale for every archive, which on small messages costs more
 // than the message itself; these build none. Any serialize() written for
-// Boost archives works with them. One archive per message, one thread.
+// Boost archives works with them, but for two things crown never uses: an
+// object of class type is written as its fields alone, with no class
+// information (Boost's version and tracking flag, written the first time a
+// class appears) and no object tracking (a set insertion for every object),
+// so an object saved by value is not known again if a pointer to it is
+// saved later (crown saves nothing through pointers), and serialize()
+// always gets the class's compile-time version. One archive per message,
+// one thread.
 #pragma once
 
 #include <boost/archive/basic_binary_iarchive.hpp>
 #include <boost/archive/basic_binary_oarchive.hpp>
 #include <boost/archive/detail/register_archive.hpp>
 #include <boost/serialization/array_wrapper.hpp>
+#include <boost/serialization/level.hpp>
+#include <boost/serialization/serialization.hpp>
+#include <boost/serialization/version.hpp>
+#include <boost/serialization/wrapper.hpp>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -17,10 +28,32 @@
 
 namespace crown::wire {
 
+namespace detail {
+/// A class Boost would save with its class information or track: its
+/// level is above primitive_type. Boost's own helpers keep their handling:
+/// the primitive ones (a collection's size) and the wrappers (a name-value
+/// pair around an element).
+template <class T, class U = std::remove_const_t<T>>
+inline constexpr bool kFieldsAlone =
+    std::is_class_v<U> && !boost::serialization::is_wrapper<U>::type::value &&
+    boost::serialization::implementation_level<U>::value > boost::serialization::primitive_type;
+}  // namespace detail
+
 class OArchive : public boost::archive::basic_binary_oarchive<OArchive> {
  public:
   explicit OArchive(std::string& out)
       : boost::archive::basic_binary_oarchive<OArchive>(boost::archive::no_header), out_(out) {}
+
+  // Every object of class type: its fields alone (see the top of this file).
+  template <class T>
+  void save_override(const T& t) {
+    if constexpr (detail::kFieldsAlone<T>) {
+      boost::serialization::serialize_adl(*this, const_cast<T&>(t),
+                                          boost::serialization::version<T>::value);
+    } else {
+      boost::archive::basic_binary_oarchive<OArchive>::save_override(t);
+    }
+  }
 
   // The primitive interface that basic_binary_oarchive expects.
   template <class T>
@@ -65,6 +98,16 @@ class IArchive : public boost::archive::basic_binary_iarchive<IArchive> {
       : boost::archive::basic_binary_iarchive<IArchive>(boost::archive::no_header),
         at_(data),
         end_(data + size) {}
+
+  // Every object of class type: its fields alone, as OArchive writes them.
+  template <class T>
+  void load_override(T& t) {
+    if constexpr (detail::kFieldsAlone<T>) {
+      boost::serialization::serialize_adl(*this, t, boost::serialization::version<T>::value);
+    } else {
+      boost::archive::basic_binary_iarchive<IArchive>::load_override(t);
+    }
+  }
 
   template <class T>
   void load(T& t) {

@@ -9,7 +9,6 @@
 #include <string_view>
 
 #include "crown/common/error.h"
-#include "crown/wire/plain.h"
 
 namespace crown::wire {
 
@@ -63,5 +62,3 @@ void encodeEnvelope(const Envelope& envelope, std::byte* out);
 Envelope decodeEnvelope(const std::byte* in, std::size_t size);
 
 }  // namespace crown::wire
-
-CROWN_WIRE_PLAIN(crown::wire::ActorId)

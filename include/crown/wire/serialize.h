@@ -20,7 +20,6 @@
 #include "crown/common/error.h"
 #include "crown/wire/archive.h"
 #include "crown/wire/payload.h"  // Bytes
-#include "crown/wire/plain.h"
 
 namespace crown::wire {
 

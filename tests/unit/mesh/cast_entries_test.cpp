@@ -71,14 +71,6 @@ struct RawColumns {
     archive& ranks& ok& typeOf& types& ends& payloads;
   }
 };
-}  // namespace
-}  // namespace crown::mesh
-
-// Plain, as the type it forges is: the same bytes.
-CROWN_WIRE_PLAIN(crown::mesh::RawColumns)
-
-namespace crown::mesh {
-namespace {
 
 void expectRefused(const RawColumns& columns, const std::string& why) {
   try {

@@ -231,14 +231,6 @@ struct RawSlice {
     archive& offset& sizes& strides& members;
   }
 };
-}  // namespace
-}  // namespace crown::mesh
-
-// Plain, as the type it forges is: the same bytes.
-CROWN_WIRE_PLAIN(crown::mesh::RawSlice)
-
-namespace crown::mesh {
-namespace {
 
 TEST(Slice, DecodingAnInvalidSliceIsAProtocolError) {
   Slice valid(2, {2, 3}, {3, 1});
