@@ -57,6 +57,27 @@ TEST(Serialize, MessageRoundTrips) {
   EXPECT_EQ(fromBytes<Sample>(toBytes(in)), in);
 }
 
+// crown's archives write a class as its fields alone: no class information
+// before it (Boost writes a version and a tracking flag the first time a
+// class appears), whether it stands alone, nested, or in a collection.
+TEST(Serialize, AClassIsWrittenAsItsFieldsAlone) {
+  ActorId id{7, 9};
+  EXPECT_EQ(toBytes(id).size(), sizeof(id.rank) + sizeof(id.local));
+  std::pair<int, ActorId> nested{3, id};
+  EXPECT_EQ(toBytes(nested).size(), sizeof(int) + sizeof(id.rank) + sizeof(id.local));
+  std::vector<ActorId> many{id, ActorId{1, 2}};
+  // The element count and the collection's item version (Boost's), then
+  // each element's fields.
+  Bytes bytes = toBytes(many);
+  EXPECT_EQ(bytes.size(), sizeof(std::uint64_t) + sizeof(std::uint32_t) +
+                              2 * (sizeof(id.rank) + sizeof(id.local)));
+  EXPECT_EQ(fromBytes<std::vector<ActorId>>(bytes), many);
+
+  std::pair<Sample, std::vector<Sample>> deep{{1, "a", {0.5}, {{"k", 2}}},
+                                              {{2, "", {}, {}}, {3, "bc", {1, 2}, {{"x", 0}}}}};
+  EXPECT_EQ((fromBytes<std::pair<Sample, std::vector<Sample>>>(toBytes(deep))), deep);
+}
+
 TEST(Serialize, ActorIdRoundTrips) {
   ActorId in{7, 1234567890123ULL};
   EXPECT_EQ(fromBytes<ActorId>(toBytes(in)), in);
