@@ -100,12 +100,13 @@ Slice::Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std
   }
   // The nesting invariant (header): by increasing stride, each dimension of
   // size > 1 steps over everything the smaller-stride ones can reach.
+  // Sorted by insertion (stable: equal strides keep their order), which,
+  // unlike std::stable_sort, takes no buffer: slices are made per cast.
   std::vector<std::size_t> order;
+  auto byStride = [this](std::size_t a, std::size_t b) { return strides_[a] < strides_[b]; };
   for (std::size_t d = 0; d < sizes_.size(); ++d) {
-    if (sizes_[d] > 1) order.push_back(d);
+    if (sizes_[d] > 1) order.insert(std::upper_bound(order.begin(), order.end(), d, byStride), d);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [this](std::size_t a, std::size_t b) { return strides_[a] < strides_[b]; });
   std::size_t span = 0;
   for (std::size_t d : order) {
     if (strides_[d] <= span) {
@@ -176,8 +177,7 @@ Slice Slice::over(std::vector<std::size_t> members) const {
   return result;
 }
 
-Slice Slice::replacing(
-    const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const {
+Slice Slice::replacing(const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const {
   std::vector<std::size_t> members(largestPosition() + 1);
   for (std::size_t position = 0; position < members.size(); ++position) {
     members[position] = rankOf(position);
@@ -206,8 +206,8 @@ std::size_t Slice::largestPosition() const {
 std::optional<std::size_t> Slice::positionOf(std::size_t rank) const {
   if (!members_) return rank;
   const auto& positions = members_->positions;
-  auto it = std::lower_bound(positions.begin(), positions.end(),
-                             std::make_pair(rank, std::size_t{0}));
+  auto it =
+      std::lower_bound(positions.begin(), positions.end(), std::make_pair(rank, std::size_t{0}));
   if (it == positions.end() || it->first != rank) return std::nullopt;
   return it->second;
 }
@@ -240,30 +240,22 @@ std::size_t Slice::location(const std::vector<std::size_t>& coords) const {
 }
 
 std::optional<std::vector<std::size_t>> Slice::findCoordinates(std::size_t rank) const {
-  if (members_) {  // the rank's position in the list, then the position's coordinates
-    auto found = positionOf(rank);
-    if (!found) return std::nullopt;
-    rank = *found;
-  }
-  if (rank < offset_) return std::nullopt;
-  std::size_t pos = rank - offset_;
-  std::vector<std::size_t> order;
-  for (std::size_t d = 0; d < sizes_.size(); ++d) {
-    if (sizes_[d] > 1) order.push_back(d);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [this](std::size_t a, std::size_t b) { return strides_[a] > strides_[b]; });
-  // Nesting (header) makes the largest stride's quotient the coordinate: the
-  // smaller-stride dimensions together reach less than one of its steps.
   std::vector<std::size_t> coords(sizes_.size(), 0);
-  for (std::size_t d : order) {
-    std::size_t index = pos / strides_[d];
-    if (index >= sizes_[d]) return std::nullopt;
-    coords[d] = index;
-    pos %= strides_[d];
+  if (!walkCoordinates(rank, [&](std::size_t d, std::size_t index) { coords[d] = index; })) {
+    return std::nullopt;
   }
-  if (pos != 0) return std::nullopt;
   return coords;
+}
+
+std::optional<std::size_t> Slice::findIndex(std::size_t rank) const {
+  std::size_t index = 0;
+  bool found = walkCoordinates(rank, [&](std::size_t d, std::size_t coordinate) {
+    std::size_t weight = 1;  // row-major: the sizes of the dimensions after d
+    for (std::size_t e = d + 1; e < sizes_.size(); ++e) weight *= sizes_[e];
+    index += coordinate * weight;
+  });
+  if (!found) return std::nullopt;
+  return index;
 }
 
 std::vector<std::size_t> Slice::coordinates(std::size_t rank) const {
@@ -274,7 +266,7 @@ std::vector<std::size_t> Slice::coordinates(std::size_t rank) const {
   return *coords;
 }
 
-bool Slice::contains(std::size_t rank) const { return findCoordinates(rank).has_value(); }
+bool Slice::contains(std::size_t rank) const { return findIndex(rank).has_value(); }
 
 std::vector<std::size_t> Slice::ranks() const {
   std::vector<std::size_t> out;
@@ -309,7 +301,8 @@ Slice Slice::select(std::size_t dim, std::int64_t begin, std::int64_t end,
   // A single element leaves the stride unused: keeping it avoids overflow on
   // a huge step and makes equal selections compare equal.
   if (range.size > 1) strides[dim] *= range.step;
-  return inherit(Slice(offset_ + range.begin * strides_[dim], std::move(sizes), std::move(strides)));
+  return inherit(
+      Slice(offset_ + range.begin * strides_[dim], std::move(sizes), std::move(strides)));
 }
 
 Slice Slice::at(std::size_t dim, std::int64_t index) const {
@@ -376,10 +369,9 @@ std::string Slice::toString() const {
 std::ostream& operator<<(std::ostream& out, const Slice& slice) { return out << slice.toString(); }
 
 std::size_t Slice::indexOf(std::size_t rank) const {
-  auto coords = coordinates(rank);  // throws for a non-member
-  std::size_t index = 0;
-  for (std::size_t d = 0; d < coords.size(); ++d) index = index * sizes_[d] + coords[d];
-  return index;
+  auto index = findIndex(rank);
+  if (!index) throw ConfigError("rank " + std::to_string(rank) + " is not in slice " + toString());
+  return *index;
 }
 
 std::size_t Slice::rankAt(std::size_t index) const {
@@ -387,12 +379,12 @@ std::size_t Slice::rankAt(std::size_t index) const {
     throw ConfigError("position " + std::to_string(index) + " in a slice of " +
                       std::to_string(size()) + " ranks");
   }
-  std::vector<std::size_t> coords(dims());
+  std::size_t position = offset_;  // at most offset + span: checked in the constructor
   for (std::size_t d = dims(); d-- > 0;) {
-    coords[d] = index % sizes_[d];
+    position += index % sizes_[d] * strides_[d];
     index /= sizes_[d];
   }
-  return location(coords);
+  return rankOf(position);
 }
 
 }  // namespace crown::mesh

@@ -68,6 +68,10 @@ TEST(Slice, ColumnMajorStridesAreAllowed) {
   Slice s(0, {2, 3}, {1, 2});
   EXPECT_EQ(s.ranks(), (Sizes{0, 2, 4, 1, 3, 5}));
   EXPECT_EQ(s.coordinates(3), (Sizes{1, 1}));
+  for (std::size_t i = 0; i < s.size(); ++i) EXPECT_EQ(s.indexOf(s.rankAt(i)), i);
+  EXPECT_EQ(s.rankAt(3), 1u);
+  EXPECT_EQ(s.indexOf(1), 3u);
+  EXPECT_FALSE(s.contains(6));
 }
 
 TEST(Slice, LocationErrorsSayWhatIsWrong) {
@@ -235,8 +239,10 @@ struct RawSlice {
 TEST(Slice, DecodingAnInvalidSliceIsAProtocolError) {
   Slice valid(2, {2, 3}, {3, 1});
   EXPECT_EQ(wire::toBytes(RawSlice{2, {2, 3}, {3, 1}, {}}), wire::toBytes(valid));
-  EXPECT_EQ(wire::toBytes(RawSlice{0, {3}, {1}, {1, 4, 6}}), wire::toBytes(Slice::ofRanks({1, 4, 6})));
-  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2, 2}, {1, 1}, {}})), ProtocolError);
+  EXPECT_EQ(wire::toBytes(RawSlice{0, {3}, {1}, {1, 4, 6}}),
+            wire::toBytes(Slice::ofRanks({1, 4, 6})));
+  EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2, 2}, {1, 1}, {}})),
+               ProtocolError);
   EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {2}, {1, 1}, {}})), ProtocolError);
   EXPECT_THROW(wire::fromBytes<Slice>(wire::toBytes(RawSlice{0, {0}, {1}, {}})), ProtocolError);
   // Chosen ranks that do not increase, or too few for the positions.
@@ -337,6 +343,11 @@ void checkAgainstModel(const Slice& s, const Model& model) {
     ASSERT_EQ(s.location(coords), rank);
     ASSERT_EQ(s.coordinates(rank), coords);
   }
+  for (std::size_t i = 0; i < ranks.size(); ++i) {  // row-major positions, both ways
+    ASSERT_EQ(s.rankAt(i), ranks[i]) << "position " << i;
+    ASSERT_EQ(s.indexOf(ranks[i]), i) << "rank " << ranks[i];
+  }
+  ASSERT_THROW(s.rankAt(ranks.size()), ConfigError);
   std::set<std::size_t> members(ranks.begin(), ranks.end());
   ASSERT_EQ(members.size(), ranks.size()) << "ranks repeat";
   int throws_checked = 0;  // a few per slice: exceptions are slow
@@ -344,6 +355,7 @@ void checkAgainstModel(const Slice& s, const Model& model) {
     ASSERT_EQ(s.contains(r), members.count(r) == 1) << "rank " << r;
     if (!members.count(r) && throws_checked++ < 4) {
       ASSERT_THROW(s.coordinates(r), ConfigError) << "rank " << r;
+      ASSERT_THROW(s.indexOf(r), ConfigError) << "rank " << r;
     }
   }
   ASSERT_EQ(wire::fromBytes<Slice>(wire::toBytes(s)), s);
