@@ -50,8 +50,17 @@ void Aggregation::child(CastResult&& subtree, const CastTree& tree, std::size_t 
       }
     }
     if (mode_ == CastMode::kCollect) {
-      // The subtree's columns join this hop's as they are (issue 14).
-      result_.entries.append(std::move(subtree.entries));
+      // The subtree's columns join this hop's as they are (issue 14). The
+      // first is moved in whole; at the second, room is made for the parts
+      // still to come, taken to be as large as this one, so the columns
+      // grow once rather than by doubling (large reallocations made glibc
+      // consolidate its free lists in the 16,384-proc profile).
+      auto& entries = result_.entries;
+      if (!entries.empty()) {
+        entries.reserve(entries.size() + subtree.entries.size() * remaining_,
+                        entries.payloadBytes() + subtree.entries.payloadBytes() * remaining_);
+      }
+      entries.append(std::move(subtree.entries));
     } else {
       for (CastEntry entry : subtree.entries) add(std::move(entry));
     }

@@ -41,6 +41,23 @@ void CastEntries::append(CastEntries&& other) {
   other = CastEntries();
 }
 
+void CastEntries::reserve(std::size_t entries, std::size_t payloadBytes) {
+  ranks_.reserve(entries);
+  ok_.reserve(entries);
+  typeOf_.reserve(entries);
+  ends_.reserve(entries);
+  payloads_.reserve(payloadBytes);
+}
+
+std::size_t CastEntries::encodedBytes() const {
+  constexpr std::size_t kPerColumn = 16;  // a length, and room for the archive's framing
+  std::size_t bytes = 6 * kPerColumn + payloads_.size();
+  bytes += size() * (sizeof(std::uint64_t) + sizeof(std::uint8_t) + sizeof(std::uint32_t) +
+                     sizeof(std::uint64_t));
+  for (const std::string& type : types_) bytes += kPerColumn + type.size();
+  return bytes;
+}
+
 std::string_view CastEntries::payload(std::size_t i) const {
   std::uint64_t begin = i == 0 ? 0 : ends_[i - 1];
   return std::string_view(payloads_).substr(begin, ends_[i] - begin);

@@ -41,6 +41,14 @@ class CastEntries {
   void push_back(const CastEntry& entry);
   /// Moves every entry of `other` to the end of these (other is left empty).
   void append(CastEntries&& other);
+  /// Makes room for this many entries holding this many payload bytes in
+  /// all, so that appends up to them allocate nothing.
+  void reserve(std::size_t entries, std::size_t payloadBytes);
+  /// The payload bytes of every entry together.
+  std::size_t payloadBytes() const { return payloads_.size(); }
+  /// About what these entries take encoded (a little more, never less than
+  /// their columns): what to reserve for them.
+  std::size_t encodedBytes() const;
 
   std::uint64_t rank(std::size_t i) const { return ranks_[i]; }
   bool ok(std::size_t i) const { return ok_[i] != 0; }

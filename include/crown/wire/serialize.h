@@ -37,9 +37,18 @@ const std::string& messageName() {
   return name;
 }
 
+/// What toBytes reserves before encoding: most messages (a request, a
+/// cast's entry for one member) fit, so their buffer is allocated once
+/// instead of growing through 30, 60, 120... bytes.
+inline constexpr std::size_t kEncodeReserveBytes = 256;
+
+/// reserveBytes: room for the encoding made before it starts; a caller who
+/// knows a large message's size passes it, so its buffer does not grow by
+/// doubling.
 template <class T>
-Bytes toBytes(const T& value) {
+Bytes toBytes(const T& value, std::size_t reserveBytes = kEncodeReserveBytes) {
   Bytes out;
+  out.reserve(reserveBytes);
   OArchive archive(out);
   archive << value;
   countCopied(out.size());

@@ -58,6 +58,26 @@ TEST(CastEntries, AResultCrossesTheWireAsItWent) {
   EXPECT_TRUE(none.empty());
 }
 
+TEST(CastEntries, TheirEncodedSizeIsNeverUnderestimated) {
+  // encodedBytes() is what a hop reserves before encoding its result: an
+  // estimate under the truth would make the buffer grow after all.
+  CastEntries entries;
+  EXPECT_GE(entries.encodedBytes(), wire::toBytes(entries).size());
+  for (std::uint64_t rank = 0; rank < 300; ++rank) {
+    bool ok = rank % 7 != 0;
+    entries.push_back(entry(rank, ok, ok ? "crown::some::fairly::long::ReplyType" : "",
+                            std::string(rank % 50, 'x')));
+    std::size_t encoded = wire::toBytes(entries).size();
+    ASSERT_GE(entries.encodedBytes(), encoded) << rank;
+    ASSERT_LE(entries.encodedBytes(), encoded + 256) << rank;  // and not wildly over
+  }
+  CastEntries more;
+  more.reserve(10, 100);
+  more.append(std::move(entries));
+  EXPECT_EQ(more.size(), 300u);
+  EXPECT_EQ(more.rank(299), 299u);
+}
+
 // The columns as a sender could write them, to forge bad ones.
 struct RawColumns {
   std::vector<std::uint64_t> ranks;
