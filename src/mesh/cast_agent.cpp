@@ -4,8 +4,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
+#include <unordered_map>
 
 #include "crown/actor/failure.h"
 #include "crown/common/env.h"
@@ -35,9 +35,8 @@ struct CastAgent::Impl {
   Impl(Proc& proc, std::uint64_t agentId)
       : proc_(proc),
         agentId_(agentId),
-        window_(
-            env::integer("CROWN_CAST_RESEND_WINDOW", 256, 0, 1 << 20),
-            env::integer("CROWN_CAST_RESEND_WINDOW_BYTES", 16 << 20, 0, std::int64_t{1} << 40)) {}
+        window_(env::integer("CROWN_CAST_RESEND_WINDOW", 256, 0, 1 << 20),
+                env::integer("CROWN_CAST_RESEND_WINDOW_BYTES", 16 << 20, 0, std::int64_t{1} << 40)) {}
 
   void onMessage(Envelope&& envelope, wire::Bytes&& bytes) {
     try {
@@ -92,17 +91,17 @@ struct CastAgent::Impl {
     Targets targets = aroundLost(tree->rootChildren(), *tree);
     trace::Span span;
     if (trace::on()) [[unlikely]] {
-      span.begin(
-          "cast", "cast " + message.type,
-          std::to_string(members.size()) + " members, fan-out " + std::to_string(request.fanout));
+      span.begin("cast", "cast " + message.type,
+                 std::to_string(members.size()) + " members, fan-out " +
+                     std::to_string(request.fanout));
       traceHops(proc_.rank(), message.castId, targets.live);
     }
     if (request.mode == CastMode::kBroadcast) {
       broadcast(targets, {std::make_shared<const wire::Bytes>(std::move(bytes)), tree});
       return;
     }
-    auto aggregation = makeAggregation(request.mode, message.reducer, targets.parts(), targets.live,
-                                       {proc_.rank(), message.castId}, rootStreams_,
+    auto aggregation = makeAggregation(request.mode, message.reducer, targets.parts(),
+                                       targets.live, {proc_.rank(), message.castId}, rootStreams_,
                                        std::move(done), std::move(onEntry));
     forward(targets, tree, bytes, aggregation);
   }
@@ -142,10 +141,8 @@ struct CastAgent::Impl {
 
   // A flow from this hop to each child it sends the cast to (the child's
   // hop ends it, under the same id).
-  static void traceHops(Rank origin, std::uint64_t castId,
-                        const std::vector<std::size_t>& children) {
-    for (std::size_t child : children)
-      trace::flowStart("cast", trace::flowId(origin, castId, child));
+  static void traceHops(Rank origin, std::uint64_t castId, const std::vector<std::size_t>& children) {
+    for (std::size_t child : children) trace::flowStart("cast", trace::flowId(origin, castId, child));
   }
 
   ActorId agentOn(std::size_t rank) const { return ActorId{static_cast<Rank>(rank), agentId_}; }
@@ -159,12 +156,12 @@ struct CastAgent::Impl {
     Targets targets = aroundLost(tree->children(here), *tree);
     trace::Span span;
     if (trace::on()) [[unlikely]] {
-      span.begin("cast", "cast hop " + message.type,
-                 "from rank " + std::to_string(envelope.sender.rank));
+      span.begin("cast", "cast hop " + message.type, "from rank " +
+                                                         std::to_string(envelope.sender.rank));
       trace::flowEnd("cast", trace::flowId(message.origin.rank, message.castId, here));
       traceHops(message.origin.rank, message.castId, targets.live);
     }
-    Envelope local{MessageKind::kOneWay,    message.origin, {here, message.destLocal}, 0,
+    Envelope local{MessageKind::kOneWay, message.origin, {here, message.destLocal}, 0,
                    std::move(message.type), cast.seq};
 
     if (mode == CastMode::kBroadcast) {
@@ -175,7 +172,7 @@ struct CastAgent::Impl {
     // Answer the parent once the subtree is complete; in stream mode relay
     // each entry to the parent as it comes.
     Envelope parent = envelope;
-    std::function<void(CastEntry &&)> relayUp;
+    std::function<void(CastEntry&&)> relayUp;
     if (mode == CastMode::kStream) {
       relayUp = [this, to = parent.sender.rank, origin = message.origin.rank,
                  castId = message.castId](CastEntry&& entry) {
@@ -187,10 +184,9 @@ struct CastAgent::Impl {
         mode, message.reducer, targets.parts() + 1, targets.live,
         {message.origin.rank, message.castId}, memberStreams_,
         [this, parent = std::move(parent)](CastResult&& result) {
-          proc_.reply(
-              parent, kCastResultType,
-              wire::toBytes(result, wire::kEncodeReserveBytes + result.entries.encodedBytes() +
-                                        result.value.size()));
+          std::size_t size = wire::kEncodeReserveBytes + result.entries.encodedBytes() +
+                             result.value.size();
+          proc_.reply(parent, kCastResultType, wire::toBytes(result, size));
         },
         std::move(relayUp));
     forward(targets, tree, bytes, aggregation);
@@ -246,8 +242,8 @@ struct CastAgent::Impl {
                          }
                          if (!outcome.error) {
                            try {
-                             return aggregation->child(wire::fromBytes<CastResult>(outcome.payload),
-                                                       *tree, child);
+                             return aggregation->child(
+                                 wire::fromBytes<CastResult>(outcome.payload), *tree, child);
                            } catch (...) {
                              outcome.error = std::current_exception();
                            }

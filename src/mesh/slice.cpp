@@ -177,7 +177,8 @@ Slice Slice::over(std::vector<std::size_t> members) const {
   return result;
 }
 
-Slice Slice::replacing(const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const {
+Slice Slice::replacing(
+    const std::vector<std::pair<std::size_t, std::size_t>>& replacements) const {
   std::vector<std::size_t> members(largestPosition() + 1);
   for (std::size_t position = 0; position < members.size(); ++position) {
     members[position] = rankOf(position);
@@ -206,8 +207,8 @@ std::size_t Slice::largestPosition() const {
 std::optional<std::size_t> Slice::positionOf(std::size_t rank) const {
   if (!members_) return rank;
   const auto& positions = members_->positions;
-  auto it =
-      std::lower_bound(positions.begin(), positions.end(), std::make_pair(rank, std::size_t{0}));
+  auto it = std::lower_bound(positions.begin(), positions.end(),
+                             std::make_pair(rank, std::size_t{0}));
   if (it == positions.end() || it->first != rank) return std::nullopt;
   return it->second;
 }

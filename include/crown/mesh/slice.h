@@ -172,7 +172,7 @@ class Slice {
   }
 
   struct Members {
-    std::vector<std::size_t> ranks;                              // by position
+    std::vector<std::size_t> ranks;  // by position
     std::vector<std::pair<std::size_t, std::size_t>> positions;  // (rank, position), by rank
   };
 
