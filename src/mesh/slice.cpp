@@ -80,7 +80,45 @@ void checkDim(const Slice& slice, std::size_t dim) {
   }
 }
 
+ConfigError notAMember(std::size_t rank, const Slice& slice) {
+  return ConfigError("rank " + std::to_string(rank) + " is not in slice " + slice.toString());
+}
+
 }  // namespace
+
+template <class Visit>
+bool Slice::walkCoordinates(std::size_t rank, Visit visit) const {
+  std::size_t pos = rank;
+  if (members_) {  // the rank's position in the list, then the position's coordinates
+    auto found = positionOf(rank);
+    if (!found) return false;
+    pos = *found;
+  }
+  if (pos < offset_) return false;
+  pos -= offset_;
+  // Nesting (header) makes the largest stride's quotient the coordinate: the
+  // smaller-stride dimensions together reach less than one of its steps. It
+  // also makes the strides of size > 1 distinct, so each round takes the
+  // largest stride below the last one, with no sorted copy to allocate.
+  std::optional<std::size_t> below;
+  while (true) {
+    std::optional<std::size_t> next;
+    for (std::size_t d = 0; d < sizes_.size(); ++d) {
+      if (sizes_[d] > 1 && (!below || strides_[d] < *below) &&
+          (!next || strides_[d] > strides_[*next])) {
+        next = d;
+      }
+    }
+    if (!next) break;
+    std::size_t d = *next;
+    std::size_t index = pos / strides_[d];
+    if (index >= sizes_[d]) return false;
+    visit(d, index);
+    pos %= strides_[d];
+    below = strides_[d];
+  }
+  return pos == 0;
+}
 
 Slice::Slice(std::size_t offset, std::vector<std::size_t> sizes, std::vector<std::size_t> strides)
     : offset_(offset), sizes_(std::move(sizes)), strides_(std::move(strides)) {
@@ -184,7 +222,7 @@ Slice Slice::replacing(
     members[position] = rankOf(position);
   }
   for (const auto& [old, replacement] : replacements) {
-    if (!findCoordinates(old)) {
+    if (!contains(old)) {
       throw ConfigError("rank " + std::to_string(old) + " is not in slice " + toString() +
                         ": it cannot be replaced");
     }
@@ -240,14 +278,6 @@ std::size_t Slice::location(const std::vector<std::size_t>& coords) const {
   return rankOf(rank);
 }
 
-std::optional<std::vector<std::size_t>> Slice::findCoordinates(std::size_t rank) const {
-  std::vector<std::size_t> coords(sizes_.size(), 0);
-  if (!walkCoordinates(rank, [&](std::size_t d, std::size_t index) { coords[d] = index; })) {
-    return std::nullopt;
-  }
-  return coords;
-}
-
 std::optional<std::size_t> Slice::findIndex(std::size_t rank) const {
   std::size_t index = 0;
   bool found = walkCoordinates(rank, [&](std::size_t d, std::size_t coordinate) {
@@ -260,11 +290,11 @@ std::optional<std::size_t> Slice::findIndex(std::size_t rank) const {
 }
 
 std::vector<std::size_t> Slice::coordinates(std::size_t rank) const {
-  auto coords = findCoordinates(rank);
-  if (!coords) {
-    throw ConfigError("rank " + std::to_string(rank) + " is not in slice " + toString());
+  std::vector<std::size_t> coords(sizes_.size(), 0);
+  if (!walkCoordinates(rank, [&](std::size_t d, std::size_t index) { coords[d] = index; })) {
+    throw notAMember(rank, *this);
   }
-  return *coords;
+  return coords;
 }
 
 bool Slice::contains(std::size_t rank) const { return findIndex(rank).has_value(); }
@@ -371,7 +401,7 @@ std::ostream& operator<<(std::ostream& out, const Slice& slice) { return out << 
 
 std::size_t Slice::indexOf(std::size_t rank) const {
   auto index = findIndex(rank);
-  if (!index) throw ConfigError("rank " + std::to_string(rank) + " is not in slice " + toString());
+  if (!index) throw notAMember(rank, *this);
   return *index;
 }
 

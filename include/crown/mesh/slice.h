@@ -149,13 +149,13 @@ class Slice {
   BOOST_SERIALIZATION_SPLIT_MEMBER()
 
  private:
-  std::optional<std::vector<std::size_t>> findCoordinates(std::size_t rank) const;
   /// The row-major position of rank, if it is a member; allocates nothing
   /// (a cast looks up its hop's place in every slice it carries).
   std::optional<std::size_t> findIndex(std::size_t rank) const;
   /// Calls visit(d, coordinate) for the dimensions of size > 1 of rank's
   /// coordinates, by decreasing stride; false when rank is not a member
-  /// (the coordinates visited so far then mean nothing).
+  /// (the coordinates visited so far then mean nothing). Defined, and
+  /// used, in slice.cpp only.
   template <class Visit>
   bool walkCoordinates(std::size_t rank, Visit visit) const;
   /// offset + span: the last position this slice reaches.
@@ -183,39 +183,5 @@ class Slice {
 };
 
 std::ostream& operator<<(std::ostream& out, const Slice& slice);
-
-template <class Visit>
-bool Slice::walkCoordinates(std::size_t rank, Visit visit) const {
-  std::size_t pos = rank;
-  if (members_) {  // the rank's position in the list, then the position's coordinates
-    auto found = positionOf(rank);
-    if (!found) return false;
-    pos = *found;
-  }
-  if (pos < offset_) return false;
-  pos -= offset_;
-  // Nesting (header) makes the largest stride's quotient the coordinate: the
-  // smaller-stride dimensions together reach less than one of its steps. It
-  // also makes the strides of size > 1 distinct, so each round takes the
-  // largest stride below the last one, with no sorted copy to allocate.
-  std::optional<std::size_t> below;
-  while (true) {
-    std::optional<std::size_t> next;
-    for (std::size_t d = 0; d < sizes_.size(); ++d) {
-      if (sizes_[d] > 1 && (!below || strides_[d] < *below) &&
-          (!next || strides_[d] > strides_[*next])) {
-        next = d;
-      }
-    }
-    if (!next) break;
-    std::size_t d = *next;
-    std::size_t index = pos / strides_[d];
-    if (index >= sizes_[d]) return false;
-    visit(d, index);
-    pos %= strides_[d];
-    below = strides_[d];
-  }
-  return pos == 0;
-}
 
 }  // namespace crown::mesh
