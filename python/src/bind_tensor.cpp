@@ -1,17 +1,22 @@
 // Distributed tensors for Python: the controller's TensorClient (the
-// engines of a mesh, refs, batched commands, fetches), and the "torch"
-// kernel through which every engine runs recorded torch ops with real torch
-// (crown/tensor/_worker.py). Shards cross into Python without a copy: a
-// torch tensor that a torch op made comes back as itself (TorchOwner), and
-// a native kernel's result or a fetched shard as a numpy array over the
-// engine's memory (the Python side makes it a torch tensor with from_numpy).
-// Waits release the GIL; the kernel takes it (Gil) on the engine's thread.
+// engines of a mesh, refs, batched commands, fetches), and the kernels
+// through which every engine runs recorded torch ops: "torch" with real
+// torch in Python (crown/tensor/_worker.py), "aten" through ATen in C++ with
+// no GIL (crown._aten, native_torch.h), falling back to Python for what it
+// does not take. Shards cross into Python without a copy: as the torch
+// tensor that holds them (crown._aten, once loaded, or TorchOwner), or as a
+// numpy array over the engine's memory (the Python side makes it a torch
+// tensor with from_numpy). Waits release the GIL; the Python kernel takes
+// it (Gil) on the engine's thread.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "bindings.h"
@@ -19,6 +24,7 @@
 #include "crown/tensor/kernel.h"
 #include "crown/tensor/tensor_mesh.h"
 #include "gil.h"
+#include "native_torch.h"
 
 namespace py = pybind11;
 
@@ -26,6 +32,9 @@ namespace crown::python {
 namespace {
 
 using namespace crown::tensor;
+
+// crown._aten's table, once crown.tensor._worker has installed it.
+std::atomic<const NativeTorch*> nativeTorch{nullptr};
 
 // Keeps a Python object (a torch tensor) alive for the engine.
 struct TorchOwner final : Owner {
@@ -69,6 +78,10 @@ py::array numpyOver(ScalarType type, const std::vector<std::int64_t>& shape,
 // A shard as Python sees it: its own torch tensor, or a numpy array over it.
 py::object toPython(const LocalTensor& tensor) {
   if (auto* torch = dynamic_cast<TorchOwner*>(tensor.owner().get())) return torch->object;
+  if (const NativeTorch* native = nativeTorch.load()) {
+    if (PyObject* object = native->toPython(tensor))
+      return py::reinterpret_steal<py::object>(object);
+  }
   // A device shard that no torch tensor holds (an NCCL collective's result):
   // a numpy array over device memory would crash at its first read.
   if (tensor.device().kind != DeviceKind::cpu) {
@@ -104,6 +117,10 @@ ScalarType scalarOfDtype(py::handle dtype) {
 
 // A torch tensor as a shard, sharing its memory.
 LocalTensor fromTorch(py::handle tensor) {
+  if (const NativeTorch* native = nativeTorch.load()) {
+    LocalTensor shard;
+    if (native->fromPython(tensor.ptr(), shard)) return shard;
+  }
   ScalarType type = scalarOfDtype(tensor.attr("dtype"));
   auto shape = tensor.attr("shape").cast<std::vector<std::int64_t>>();
   auto strides = tensor.attr("stride")().cast<std::vector<std::int64_t>>();
@@ -150,8 +167,8 @@ class TensorFetch {
 // first torch command, so that `import crown` does not import torch. A
 // Python exception becomes a KernelError; crown.tensor's KernelError brings
 // its op, message and worker traceback.
-std::vector<LocalTensor> runTorchKernel(KernelContext& context,
-                                        const std::vector<LocalTensor>& inputs) {
+std::vector<LocalTensor> runTorch(KernelContext& context, const std::vector<LocalTensor>& inputs,
+                                  std::string_view blob) {
   Gil gil;
   try {
     // Leaked on purpose: it would be freed after the interpreter at exit.
@@ -169,7 +186,7 @@ std::vector<LocalTensor> runTorchKernel(KernelContext& context,
       seen = context.coords;
       coords = std::move(made);
     }
-    py::object out = (*run)(py::bytes(context.call.blob), args, context.rank, coords);
+    py::object out = (*run)(py::bytes(blob.data(), blob.size()), args, context.rank, coords);
     std::vector<LocalTensor> results;
     for (py::handle tensor : out) results.push_back(fromTorch(tensor));
     return results;
@@ -185,6 +202,45 @@ std::vector<LocalTensor> runTorchKernel(KernelContext& context,
                           std::string(py::str(value)),
                       "");
   }
+}
+
+std::vector<LocalTensor> runTorchKernel(KernelContext& context,
+                                        const std::vector<LocalTensor>& inputs) {
+  return runTorch(context, inputs, context.call.blob);
+}
+
+// crown._aten's table, loaded by the first "aten" call of the process (GIL
+// taken once: crown.tensor._worker.prepare seeds torch for this rank, as
+// the Python kernel's first call does, and installs the table); nullptr
+// where crown._aten was not built.
+const NativeTorch* loadNativeTorch(Rank rank) {
+  static std::once_flag loaded;
+  std::call_once(loaded, [rank] {
+    Gil gil;
+    py::module_::import("crown.tensor._worker").attr("prepare")(rank);
+  });
+  return nativeTorch.load();
+}
+
+// The "aten" kernel: blob is the op's native form, a NUL, and its pickled
+// form (_native.py), which the Python kernel runs when the native path does
+// not take the op.
+std::vector<LocalTensor> runAtenKernel(KernelContext& context,
+                                       const std::vector<LocalTensor>& inputs) {
+  std::string_view blob = context.call.blob;
+  std::size_t cut = blob.find('\0');
+  if (cut == std::string_view::npos) throw Error("an \"aten\" call without its pickled form");
+  if (const NativeTorch* native = loadNativeTorch(context.rank)) {
+    std::vector<LocalTensor> results;
+    std::string op, message;
+    switch (native->run(blob.substr(0, cut), inputs, results, op, message)) {
+      case NativeOutcome::ran: return results;
+      case NativeOutcome::failed:
+        throw KernelError(op, message, "(in ATen, called by crown's engine: no Python frames)");
+      case NativeOutcome::usePython: break;
+    }
+  }
+  return runTorch(context, inputs, blob.substr(cut + 1));
 }
 
 // Recording costs microseconds: the GIL is let go only for a flush (which
@@ -234,6 +290,17 @@ void bindTensor(py::module_& m) {
           [](TensorClient& client, std::vector<RefId> inputs, std::vector<RefId> results,
              const py::bytes& blob, std::string origin) {
             static const std::string kernel = "torch";
+            appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results),
+                                       ScalarType::f32, {}, {}, std::string(blob),
+                                       std::move(origin)});
+          },
+          py::arg("inputs"), py::arg("results"), py::arg("blob"), py::arg("origin"))
+      .def(
+          "call_aten",
+          // call_torch's twin for the "aten" kernel: blob is native form, NUL, pickle.
+          [](TensorClient& client, std::vector<RefId> inputs, std::vector<RefId> results,
+             const py::bytes& blob, std::string origin) {
+            static const std::string kernel = "aten";
             appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results),
                                        ScalarType::f32, {}, {}, std::string(blob),
                                        std::move(origin)});
@@ -306,6 +373,20 @@ void bindTensor(py::module_& m) {
 
   registerKernel("torch", runTorchKernel);
   registerKernelGuard("torch", [] { return std::static_pointer_cast<void>(std::make_shared<Gil>()); });
+  registerKernel("aten", runAtenKernel);
+  // It holds nothing (no GIL): its guard only makes a run of its calls one
+  // task of the stream thread instead of one each.
+  registerKernelGuard("aten", [] { return std::shared_ptr<void>(); });
+  m.def(
+      "install_native_torch",
+      [](py::capsule table) {
+        auto* native = static_cast<const NativeTorch*>(table.get_pointer());
+        if (std::string_view(table.name()) != kNativeTorchCapsule ||
+            native->version != kNativeTorchVersion)
+          throw py::value_error("crown._aten is from another build of crown: rebuild both");
+        nativeTorch.store(native);
+      },
+      "Installs crown._aten's table (crown.tensor._worker does, once).");
 
   // An actor of this proc reads (or defines) its engine's refs: a mesh tensor
   // passed to an endpoint arrives as this rank's shard; rref stores what an

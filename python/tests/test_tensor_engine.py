@@ -344,3 +344,69 @@ def test_to_mesh_carries_a_failed_source_and_refuses_meshes_it_cannot_map():
         x = torch.ones(2)
     with pytest.raises(ValueError, match="holds no shard"):
         x.to_mesh(crown.world_flat().slice(ranks=slice(2, 4)))  # other labels, other procs
+
+
+def native_counts():
+    from crown import _aten  # rank 0's engine runs in this process
+
+    return _aten.counts()
+
+
+def test_the_engines_run_torch_ops_natively_with_the_results_python_gives():
+    procs = grid()
+    before = native_counts()
+    with procs.activate():
+        a = torch.rand(4, 6)
+        b = torch.rand(4, 6)
+        outs = {
+            "scalar": a * 0.5 + 1,                               # a wrapped number
+            "dims": (a - b).abs().sum(dim=1, keepdim=True),      # int[] and bool arguments
+            "view_mm": a.t() @ b,                                # a view of a shard, then mm
+            "dtype": a.to(torch.float64) * 2,                    # a dtype argument
+            "mask": torch.where(a > 0.5, a, b),                  # a bool intermediate
+            "slice": a[1:3, ::2],                                # slices: views
+            "bf16": a.to(torch.bfloat16).float(),                # a type numpy lacks, inside
+            "arange": torch.arange(6).reshape(2, 3) * 3,         # int64 factories
+            "full": torch.full((2, 2), 3.5, dtype=torch.float64),
+            "softmax": a.softmax(-1),
+            "cat": torch.cat([a, b]),                            # a list of tensors
+            "index": a[torch.arange(2)],                         # Tensor?[]: Python's path
+        }
+        counter = torch.zeros(3, dtype=torch.int64)
+        counter.add_(7)                                          # in place: the same ref
+    want = {
+        "scalar": lambda a, b: a * 0.5 + 1, "dims": lambda a, b: (a - b).abs().sum(1, keepdim=True),
+        "view_mm": lambda a, b: a.t() @ b, "dtype": lambda a, b: a.double() * 2,
+        "mask": lambda a, b: torch.where(a > 0.5, a, b), "slice": lambda a, b: a[1:3, ::2],
+        "bf16": lambda a, b: a.bfloat16().float(),
+        "arange": lambda a, b: torch.arange(6).reshape(2, 3) * 3,
+        "full": lambda a, b: torch.full((2, 2), 3.5, dtype=torch.float64),
+        "softmax": lambda a, b: a.softmax(-1), "cat": lambda a, b: torch.cat([a, b]),
+        "index": lambda a, b: a[torch.arange(2)]}
+    for dp, tp in [(0, 0), (1, 1)]:
+        local_a = fetch_shard(a, dp=dp, tp=tp).get(timeout=30)
+        local_b = fetch_shard(b, dp=dp, tp=tp).get(timeout=30)
+        for name, t in outs.items():
+            got = fetch_shard(t, dp=dp, tp=tp).get(timeout=30)
+            expected = want[name](local_a, local_b)
+            assert got.dtype == expected.dtype and got.shape == expected.shape, name
+            torch.testing.assert_close(got, expected, msg=name)
+        np.testing.assert_array_equal(fetch_shard(counter, dp=dp, tp=tp).get(timeout=30), [7] * 3)
+    after = native_counts()  # rank 0 (dp=0, tp=0) has run them all: fetched above
+    assert after["native"] - before["native"] >= 20, (before, after)  # ~25 ops ran in C++
+    assert after["python"] - before["python"] >= 1, (before, after)   # index did not
+
+
+def test_a_native_op_that_fails_is_a_deferred_error_naming_the_op_and_size():
+    procs = grid()
+    with procs.activate():
+        fine = torch.ones(3)
+        huge = torch.empty(2 ** 44, dtype=torch.uint8)  # 16 TiB on every rank
+        later = huge + 1
+    with pytest.raises(RemoteException) as failed:
+        fetch_shard(later, dp=0, tp=1).get(timeout=30)
+    e = failed.value
+    assert e.rank == 1 and e.op == "aten::empty.memory_format", e
+    assert "RuntimeError" in e.message and str(2 ** 44) in e.message, e.message
+    assert "test_tensor_engine.py" in e.location
+    np.testing.assert_array_equal(inspect(fine).numpy(), [1.0] * 3)  # the engine serves on

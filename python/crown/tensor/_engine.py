@@ -1,8 +1,9 @@
 """EngineBackend: the Backend of crown.tensor over crown's C++ tensor engines
 (one on every proc of a ProcMesh, spawned when the mesh is first activated).
 
-Recorded commands become engine commands: a Call runs the engine's "torch"
-kernel (crown.tensor._worker), a Reduce one of its MPI collectives, a
+Recorded commands become engine commands: a Call runs the engine's "aten"
+kernel (ATen in C++, crown.tensor._native) or its "torch" kernel
+(crown.tensor._worker), a Reduce one of its MPI collectives, a
 Delete forgets refs. The C++ client batches them into one cast per flush
 (and every CROWN_TENSOR_BATCH commands); a fetch flushes first.
 """
@@ -13,6 +14,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import _crown, _pickle
+from . import _native
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._mesh import Mesh, _location, suspended
 from ._record import Tensor
@@ -69,8 +71,12 @@ class EngineBackend:
     def record(self, command) -> None:
         kind = type(command)
         if kind is Call:
-            self._client.call_torch(command.inputs, command.results, command.blob,
-                                    command.location)
+            form = _native.native(command.blob) if _native.ENABLED else None
+            if form is not None:
+                self._client.call_aten(command.inputs, command.results, form, command.location)
+            else:
+                self._client.call_torch(command.inputs, command.results, command.blob,
+                                        command.location)
         elif kind is Reduce:
             collective, reduction = _collective(command)
             # The engine orders a group's members by the mesh's own order of

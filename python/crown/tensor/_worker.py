@@ -1,5 +1,7 @@
 """What every rank's tensor engine runs for a recorded torch op (the C++
-"torch" kernel calls run() on the engine's thread, with the GIL).
+"torch" kernel calls run() on the engine's thread, with the GIL; the
+"aten" kernel runs most ops in C++ through crown._aten, which importing
+this module installs, and calls prepare() once before its first).
 
 Inputs arrive as torch tensors (those torch ops made, handed back as they
 are) or as numpy arrays over the engine's memory (native kernels' results),
@@ -14,18 +16,31 @@ from typing import Dict, List
 import numpy
 import torch
 
-from .. import _runtime
+from .. import _crown, _runtime
 from ._execute import Context, execute
+
+try:
+    from .. import _aten  # built where libtorch's headers were (libtorch-dev)
+except ImportError:
+    _aten = None
+else:
+    _crown.install_native_torch(_aten.api())
 
 _seeded = False
 
 
-def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) -> List[torch.Tensor]:
+def prepare(rank: int) -> None:
+    """Before this process's first torch op: torch's generator seeded for its rank."""
     global _seeded
     if not _seeded:
         _runtime.front_end_ready.wait(_runtime.FRONT_END_WAIT_S)  # the first user code here
         torch.manual_seed(int(os.environ.get("CROWN_TENSOR_SEED", "0")) + rank)
         _seeded = True
+
+
+def run(blob: bytes, inputs: List[object], rank: int, coords: Dict[str, int]) -> List[torch.Tensor]:
+    if not _seeded:
+        prepare(rank)
     # Not cached by rank: the engines of two meshes on one proc have their own coords.
     context = Context(rank, coords)
     for i, x in enumerate(inputs):

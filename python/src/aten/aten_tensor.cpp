@@ -1,0 +1,74 @@
+#include "aten_tensor.h"
+
+#include <ATen/ops/from_blob.h>
+#include <c10/util/Exception.h>
+
+namespace crown::python::aten {
+
+using tensor::ScalarType;
+
+at::ScalarType atenType(ScalarType type) {
+  switch (type) {
+    case ScalarType::boolean: return at::kBool;
+    case ScalarType::u8: return at::kByte;
+    case ScalarType::i8: return at::kChar;
+    case ScalarType::i16: return at::kShort;
+    case ScalarType::i32: return at::kInt;
+    case ScalarType::i64: return at::kLong;
+    case ScalarType::f16: return at::kHalf;
+    case ScalarType::bf16: return at::kBFloat16;
+    case ScalarType::f32: return at::kFloat;
+    case ScalarType::f64: return at::kDouble;
+  }
+  TORCH_CHECK(false, "unknown crown scalar type ", static_cast<int>(type));
+}
+
+std::optional<ScalarType> crownType(at::ScalarType type) {
+  switch (type) {
+    case at::kBool: return ScalarType::boolean;
+    case at::kByte: return ScalarType::u8;
+    case at::kChar: return ScalarType::i8;
+    case at::kShort: return ScalarType::i16;
+    case at::kInt: return ScalarType::i32;
+    case at::kLong: return ScalarType::i64;
+    case at::kHalf: return ScalarType::f16;
+    case at::kBFloat16: return ScalarType::bf16;
+    case at::kFloat: return ScalarType::f32;
+    case at::kDouble: return ScalarType::f64;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<at::Tensor> toAten(const tensor::LocalTensor& shard) {
+  if (auto* own = dynamic_cast<AtenOwner*>(shard.owner().get())) {
+    const at::Tensor& t = own->tensor;
+    if (t.data_ptr() == shard.data() && t.sizes().equals(shard.shape()) &&
+        t.strides().equals(shard.strides()))
+      return t;
+  }
+  if (shard.device().kind != tensor::DeviceKind::cpu) return std::nullopt;
+  // Memory the engine or another front end holds: a tensor over it that
+  // keeps its owner alive as long as ATen keeps the storage.
+  return at::from_blob(
+      shard.data(), shard.shape(), shard.strides(),
+      [owner = shard.owner()](void*) mutable { owner.reset(); },
+      at::TensorOptions().dtype(atenType(shard.dtype())));
+}
+
+tensor::LocalTensor fromAten(const at::Tensor& t) {
+  auto type = crownType(t.scalar_type());
+  TORCH_CHECK_TYPE(type.has_value(), "a result of type ", t.scalar_type(),
+                   ", which crown's engines do not hold: convert it (to float32, int64, ...) "
+                   "in the same op");
+  tensor::Device device;
+  if (t.is_cuda()) {
+    device.kind = tensor::DeviceKind::cuda;
+    device.index = t.device().index() < 0 ? 0 : t.device().index();
+  } else {
+    TORCH_CHECK(t.is_cpu(), "a result on ", t.device(), ", which crown's engines do not hold");
+  }
+  return tensor::LocalTensor::wrap(*type, t.sizes().vec(), t.strides().vec(), t.data_ptr(),
+                                   std::make_shared<AtenOwner>(t), device);
+}
+
+}  // namespace crown::python::aten
