@@ -270,6 +270,7 @@ void bindTensor(py::module_& m) {
       .def("move_to", &TensorClient::moveTo, py::arg("target"), py::arg("ref"), py::arg("result"),
            py::arg("view") = false, py::arg("origin") = "", py::call_guard<py::gil_scoped_release>())
       .def("new_ref", &TensorClient::newRef)
+      .def("new_refs", &TensorClient::newRefs, py::arg("count"))
       .def(
           "call",
           [](TensorClient& client, std::string kernel, std::vector<RefId> inputs,

@@ -77,9 +77,13 @@ void TensorClient::flushLocked() {
   ++batchesSent_;
 }
 
-RefId TensorClient::newRef() {
+RefId TensorClient::newRef() { return newRefs(1); }
+
+RefId TensorClient::newRefs(std::size_t count) {
   std::lock_guard lock(mutex_);
-  return nextRef_++;
+  RefId first = nextRef_;
+  nextRef_ += count;
+  return first;
 }
 
 void TensorClient::record(Command command) {

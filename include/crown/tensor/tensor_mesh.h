@@ -35,6 +35,9 @@ class TensorClient {
   const mesh::Shape& shape() const { return engines_.shape(); }
   /// A ref id no other tensor of this client has.
   RefId newRef();
+  /// The first of `count` such ids in a row, for a front end that hands
+  /// them out itself (Python's, one per recorded op).
+  RefId newRefs(std::size_t count);
   /// Appends to the batch; flushes when it is full.
   void record(Command command);
   /// Appends to the batch without flushing; true when the batch is now full

@@ -28,6 +28,9 @@ def _collective(command: Reduce) -> tuple:
     return ("reduce_scatter" if command.scatter else "allreduce"), command.reduction
 
 
+_REF_BLOCK = 256
+
+
 class EngineFuture:
     """A fetched shard to come; get() raises RemoteException for a poisoned one."""
 
@@ -60,13 +63,19 @@ class EngineBackend:
         self._procs = shape
         self._shape: Dict[str, int] = dict(shape.sizes)
         self._ranks = shape.ranks()  # mesh index (row-major) -> world rank
+        self._next_ref = self._refs_end = 0  # the block of refs being handed out
 
     @property
     def shape(self) -> Dict[str, int]:
         return dict(self._shape)
 
     def new_ref(self) -> int:
-        return self._client.new_ref()
+        ref = self._next_ref
+        if ref == self._refs_end:  # a block at a time: one call into C++ per 256 ops
+            ref = self._client.new_refs(_REF_BLOCK)
+            self._refs_end = ref + _REF_BLOCK
+        self._next_ref = ref + 1
+        return ref
 
     def record(self, command) -> None:
         kind = type(command)

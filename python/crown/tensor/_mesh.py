@@ -57,6 +57,10 @@ class suspended:
 
 _INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
 _internal_code: Dict[Any, bool] = {}
+# (code, instruction) -> "file:line": a line number costs a walk of the
+# code's line table (PyCode_Addr2Line), and a loop records from a few places.
+_places: Dict[Tuple[Any, int], str] = {}
+_PLACES_LIMIT = 4096
 
 
 def _location() -> str:
@@ -68,7 +72,13 @@ def _location() -> str:
         if internal is None:
             internal = _internal_code[code] = code.co_filename.startswith(_INTERNAL)
         if not internal:
-            return f"{code.co_filename}:{f.f_lineno}"
+            key = (code, f.f_lasti)
+            place = _places.get(key)
+            if place is None:
+                if len(_places) >= _PLACES_LIMIT:
+                    _places.clear()
+                place = _places[key] = f"{code.co_filename}:{f.f_lineno}"
+            return place
         f = f.f_back
     return "<unknown>"
 

@@ -180,12 +180,15 @@ _tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> (_Entry, perm) or 
 
 
 class _TfEntry:
-    __slots__ = ("blob", "descs", "perm")
+    """An op that makes one fresh tensor from its own tensor arguments."""
 
-    def __init__(self, blob, descs, perm):
+    __slots__ = ("blob", "meta", "perm")
+
+    def __init__(self, blob, meta, perm):
         self.blob = blob
-        self.descs = descs  # per output: a meta tuple (a fresh tensor) or (None, value)
-        self.perm = perm  # the Call's input k is the op's tensor argument perm[k]
+        self.meta = meta  # its output's (size, stride, offset, dtype, device)
+        # The Call's input k is the op's tensor argument perm[k]; None: the same order.
+        self.perm = None if perm == tuple(range(len(perm))) else perm
 
 
 def torch_function(func, types, args, kwargs):
@@ -219,10 +222,15 @@ def torch_function(func, types, args, kwargs):
         return _learn(func, types, args, kwargs, table, key, inputs)
     if entry is None:
         return _disabled(func, types, args, kwargs)
+    if len(mesh._dead) >= mesh._delete_batch:
+        mesh._send_deletes()
+    ref = mesh.backend.new_ref()
     location = _mesh._location()
-    outs, results = _outputs(mesh, entry.descs, wrappers, location)
-    mesh._record(Call(results, entry.blob, [inputs[k] for k in entry.perm], location))
-    return outs[0]
+    out = _record.Tensor(None, mesh, ref, location, entry.meta)
+    perm = entry.perm
+    mesh._record(Call([ref], entry.blob, inputs if perm is None else [inputs[k] for k in perm],
+                      location))
+    return out
 
 
 def _learn(func, types, args, kwargs, table, key, inputs):
@@ -246,7 +254,7 @@ def _learn(func, types, args, kwargs, table, key, inputs):
                  and aten.descs[0][0] is not None)
         position = {ref: k for k, ref in enumerate(inputs)}
         if fresh and all(ref in position for ref in call_inputs):
-            entry = _TfEntry(aten.blob, aten.descs, tuple(position[ref] for ref in call_inputs))
+            entry = _TfEntry(aten.blob, aten.descs[0], tuple(position[ref] for ref in call_inputs))
     if len(table) >= _CACHE_LIMIT:
         table.clear()
     table[key] = entry

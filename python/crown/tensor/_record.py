@@ -44,6 +44,10 @@ class Tensor(torch.Tensor):
     controller's file:line that made it."""
 
     _known = None  # its value, when the controller knows it (_track_known)
+    # Set on a tensor only when they differ (one attribute less per op):
+    _stream = _mesh.MAIN_STREAM  # the stream it belongs to
+    _lent = 0  # borrows out of it (or, on a shared borrow's result, 1: no writes)
+    _lent_mutably = False
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -66,9 +70,9 @@ class Tensor(torch.Tensor):
         r._mesh = mesh
         r._ref = ref
         r._location = location
-        r._stream = _mesh._stream_now
-        r._lent = 0  # borrows out of it (or, on a shared borrow's result, 1: no writes)
-        r._lent_mutably = False
+        stream = _mesh._stream_now
+        if stream is not _mesh.MAIN_STREAM:
+            r._stream = stream
         return r
 
     def __getattr__(self, name):
@@ -86,13 +90,14 @@ class Tensor(torch.Tensor):
         return _op_cache.dispatch(func, args, kwargs or {})
 
     def __del__(self):
-        ref = self.__dict__.get("_ref")
+        state = self.__dict__
+        ref = state.get("_ref")
         if ref is not None:
-            borrow = self.__dict__.get("_borrow")
+            borrow = state.get("_borrow")
             if borrow is not None:
                 self._mesh._returns.append(borrow[0])
                 _returned(borrow[1])
-            self._mesh._release(ref)
+            state["_mesh"]._dead.append(ref)  # Mesh._release, inlined: once per op
 
     def __repr__(self, *, tensor_contents=None) -> str:
         state = "dropped" if self._ref is None else f"ref={self._ref}"
