@@ -9,8 +9,8 @@ and its anchor:
   eager        µs per op for the same ops in eager torch, one process.
 Median of 5 runs each. Goal (issue 11): record at most 5 µs per op.
 
-Run (from the repository root; no MPI, no extension needed):
-  PYTHONPATH=python /usr/bin/python3 bench/tensor_record.py [results dir or file.json]
+Run (from the repository root; no MPI):
+  PYTHONPATH=build/python /usr/bin/python3 bench/tensor_record.py [results dir or file.json]
 Results: bench/results/tensor_record.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
