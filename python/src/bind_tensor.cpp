@@ -81,6 +81,7 @@ py::object toPython(const LocalTensor& tensor) {
   if (const NativeTorch* native = nativeTorch.load()) {
     if (PyObject* object = native->toPython(tensor))
       return py::reinterpret_steal<py::object>(object);
+    if (PyErr_Occurred()) throw py::error_already_set();
   }
   // A device shard that no torch tensor holds (an NCCL collective's result):
   // a numpy array over device memory would crash at its first read.
@@ -251,6 +252,16 @@ void appendOrFlush(TensorClient& client, Command command) {
   client.flush();
 }
 
+// What call_torch and call_aten do: append a Call of `kernel`.
+auto recordOp(std::string kernel) {
+  return [kernel = std::move(kernel)](TensorClient& client, std::vector<RefId> inputs,
+                                      std::vector<RefId> results, const py::bytes& blob,
+                                      std::string origin) {
+    appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results), ScalarType::f32, {},
+                               {}, std::string(blob), std::move(origin)});
+  };
+}
+
 }  // namespace
 
 void bindTensor(py::module_& m) {
@@ -284,29 +295,13 @@ void bindTensor(py::module_& m) {
           py::arg("kernel"), py::arg("inputs"), py::arg("results"), py::arg("blob") = py::bytes(),
           py::arg("origin") = "", py::arg("dtype") = "float32",
           py::arg("ints") = std::vector<std::int64_t>{}, py::arg("reals") = std::vector<double>{})
-      .def(
-          "call_torch",
-          // call() of the "torch" kernel, with nothing to convert but what
-          // changes per op: one of these per recorded torch op.
-          [](TensorClient& client, std::vector<RefId> inputs, std::vector<RefId> results,
-             const py::bytes& blob, std::string origin) {
-            static const std::string kernel = "torch";
-            appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results),
-                                       ScalarType::f32, {}, {}, std::string(blob),
-                                       std::move(origin)});
-          },
-          py::arg("inputs"), py::arg("results"), py::arg("blob"), py::arg("origin"))
-      .def(
-          "call_aten",
-          // call_torch's twin for the "aten" kernel: blob is native form, NUL, pickle.
-          [](TensorClient& client, std::vector<RefId> inputs, std::vector<RefId> results,
-             const py::bytes& blob, std::string origin) {
-            static const std::string kernel = "aten";
-            appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results),
-                                       ScalarType::f32, {}, {}, std::string(blob),
-                                       std::move(origin)});
-          },
-          py::arg("inputs"), py::arg("results"), py::arg("blob"), py::arg("origin"))
+      // call() of the "torch" kernel (blob: the pickled op) or the "aten" one
+      // (blob: its native form, a NUL, the pickle), with nothing to convert
+      // but what changes per op: one of these per recorded torch op.
+      .def("call_torch", recordOp("torch"), py::arg("inputs"), py::arg("results"),
+           py::arg("blob"), py::arg("origin"))
+      .def("call_aten", recordOp("aten"), py::arg("inputs"), py::arg("results"), py::arg("blob"),
+           py::arg("origin"))
       .def(
           "collective",
           [](TensorClient& client, const std::string& kind, const std::string& reduction,
