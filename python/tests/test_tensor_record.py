@@ -59,6 +59,41 @@ def per_rank_reference(fn, seed=100, n=4):
     return out
 
 
+# --- the dispatch mode ------------------------------------------------------
+
+
+def test_activate_sets_its_mode_straight_into_torch_and_takes_it_off_on_leaving(mesh):
+    with mesh.activate():
+        assert torch._C._len_torch_dispatch_stack() == 0  # not on torch's Python stack
+        x = torch.ones(3) * 2
+        with pytest.raises(ShapeError):
+            x @ torch.ones(4, 4)  # noqa: B018 - a failure inside the mode leaves it on
+        y = torch.zeros(3) + x
+    assert isinstance(y, ct.Tensor)
+    assert type(torch.ones(2)) is torch.Tensor  # off: plain torch again
+    for got in shards(y):
+        torch.testing.assert_close(got, torch.full((3,), 2.0))
+
+
+def test_activate_inside_a_dispatch_mode_of_the_users_stacks_on_it(mesh):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counting.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counting():
+        with mesh.activate():
+            x = torch.ones(3) * 2
+        assert type(torch.ones(2)) is torch.Tensor and Counting.ops > 0  # the user's mode again
+    assert torch._C._len_torch_dispatch_stack() == 0
+    for got in shards(x):
+        torch.testing.assert_close(got, torch.full((3,), 2.0))
+
+
 # --- recording, factories, fake metadata ------------------------------------
 
 
