@@ -191,10 +191,15 @@ class _TfEntry:
         self.perm = None if perm == tuple(range(len(perm))) else perm
 
 
+# Attribute reads (t.grad, t.requires_grad: most of a training step's calls
+# here) make no fresh tensor from arguments: straight through.
+_ATTRIBUTE_READ = type(torch.Tensor.grad.__get__)
+
+
 def torch_function(func, types, args, kwargs):
     if kwargs is None:
         kwargs = {}
-    if _mesh._no_mesh_depth or not _mesh._active:
+    if _mesh._no_mesh_depth or not _mesh._active or type(func) is _ATTRIBUTE_READ:
         return _disabled(func, types, args, kwargs)
     try:
         key, inputs, wrappers = _arguments_key(args, kwargs)
