@@ -27,6 +27,14 @@ Aggregation::Aggregation(CastMode mode, const std::string& reducerKey, std::size
       onEntry_(std::move(onEntry)),
       remaining_(parts) {}
 
+CastResult Aggregation::alone(CastMode mode, const std::string& reducerKey, CastEntry entry) {
+  CastResult result;
+  Aggregation one(mode, reducerKey, 1, [&result](CastResult&& r) { result = std::move(r); },
+                  nullptr);
+  one.member(std::move(entry));
+  return result;
+}
+
 void Aggregation::member(CastEntry entry) {
   {
     std::lock_guard lock(mutex_);

@@ -27,6 +27,10 @@ class Aggregation {
   Aggregation(CastMode mode, const std::string& reducerKey, std::size_t parts,
               std::function<void(CastResult&&)> done, std::function<void(CastEntry&&)> onEntry);
 
+  /// The result of a hop whose one part is its member's `entry` (a leaf of
+  /// a collect or reduce), made at once: no aggregation outlives the call.
+  static CastResult alone(CastMode mode, const std::string& reducerKey, CastEntry entry);
+
   /// One member's outcome (one part): the local actor's, or a known-lost member's.
   void member(CastEntry entry);
   /// Child hop `hop`'s subtree result (one part); `tree` names the members

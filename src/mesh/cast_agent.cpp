@@ -169,6 +169,20 @@ struct CastAgent::Impl {
       proc_.deliverLocal(std::move(local), std::move(message.payload), nullptr);
       return;
     }
+    local.kind = MessageKind::kRequest;
+    if (mode != CastMode::kStream && targets.live.empty() && targets.lost.empty()) {
+      // A leaf's answer is its member's alone: no aggregation kept while
+      // the member runs (most hops of a tree are leaves; at 16,384 procs
+      // their aggregations cost a third of a cast).
+      proc_.deliverLocal(std::move(local), std::move(message.payload),
+                         [this, parent = envelope, here, mode,
+                          reducer = std::move(message.reducer)](Outcome&& outcome) {
+                           answer(parent, Aggregation::alone(
+                                              mode, reducer,
+                                              detail::entryFor(here, std::move(outcome))));
+                         });
+      return;
+    }
     // Answer the parent once the subtree is complete; in stream mode relay
     // each entry to the parent as it comes.
     Envelope parent = envelope;
@@ -184,17 +198,22 @@ struct CastAgent::Impl {
         mode, message.reducer, targets.parts() + 1, targets.live,
         {message.origin.rank, message.castId}, memberStreams_,
         [this, parent = std::move(parent)](CastResult&& result) {
-          std::size_t size = wire::kEncodeReserveBytes + result.entries.encodedBytes() +
-                             result.value.size();
-          proc_.reply(parent, kCastResultType, wire::toBytes(result, size));
+          answer(parent, std::move(result));
         },
         std::move(relayUp));
     forward(targets, tree, bytes, aggregation);
-    local.kind = MessageKind::kRequest;
     proc_.deliverLocal(std::move(local), std::move(message.payload),
                        [aggregation, here](Outcome&& outcome) {
                          aggregation->member(detail::entryFor(here, std::move(outcome)));
                        });
+  }
+
+  // A hop's result to its parent, encoded into a buffer of the size its
+  // columns need.
+  void answer(const Envelope& parent, const CastResult& result) {
+    std::size_t size =
+        wire::kEncodeReserveBytes + result.entries.encodedBytes() + result.value.size();
+    proc_.reply(parent, kCastResultType, wire::toBytes(result, size));
   }
 
   // A broadcast has no answers to tell a hop's loss by, so each one sent is

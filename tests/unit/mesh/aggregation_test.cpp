@@ -1,6 +1,7 @@
 // Aggregation at one hop, driven part by part: a subtree's partial value
 // that cannot be folded fails the members whose replies it holds, not
-// rank 0 (which may not even be in the cast). Reducer families: a key no
+// rank 0 (which may not even be in the cast); a leaf's answer made at once
+// (alone) is what an aggregation of its one member gives. Reducer families: a key no
 // registration names is resolved by the family of its prefix.
 #include <gtest/gtest.h>
 
@@ -64,6 +65,41 @@ TEST(Aggregation, AnUnfoldableSubtreeValueFailsThatSubtreesMembers) {
     std::string expected = entry.rank == below[1] ? "boom" : "do not combine";
     EXPECT_NE(why.message.find(expected), std::string::npos) << entry.rank << ": " << why.message;
   }
+}
+
+std::string failureMessage(const CastEntry& entry) {
+  return wire::fromBytes<crown::detail::RemoteFailure>(entry.payload).message;
+}
+
+TEST(Aggregation, ALeafAloneAnswersAsAnAggregationOfItsOneMemberWould) {
+  ASSERT_TRUE(kRefuseRegistered);
+  // Collect: the member's entry, as it came.
+  CastResult collected = detail::Aggregation::alone(CastMode::kCollect, "", okEntry(5, 9));
+  ASSERT_EQ(collected.entries.size(), 1u);
+  EXPECT_EQ(collected.entries[0].rank, 5u);
+  EXPECT_TRUE(collected.entries[0].ok);
+  EXPECT_EQ(wire::fromBytes<int>(collected.entries[0].payload), 9);
+  EXPECT_FALSE(collected.hasValue);
+
+  // Reduce: the value, no entry; a value of another type, or a reducer
+  // nobody registered, fails the member instead.
+  CastResult reduced = detail::Aggregation::alone(CastMode::kReduce, "test::Refuse<int>",
+                                                  okEntry(5, 9));
+  EXPECT_TRUE(reduced.entries.empty());
+  ASSERT_TRUE(reduced.hasValue);
+  EXPECT_EQ(wire::fromBytes<int>(reduced.value), 9);
+
+  CastEntry text{5, true, wire::messageName<std::string>(), wire::toBytes(std::string("x"))};
+  CastResult mistyped = detail::Aggregation::alone(CastMode::kReduce, "test::Refuse<int>", text);
+  ASSERT_EQ(mistyped.entries.size(), 1u);
+  EXPECT_FALSE(mistyped.entries[0].ok);
+  EXPECT_FALSE(mistyped.hasValue);
+  EXPECT_NE(failureMessage(mistyped.entries[0]).find("cannot be reduced"), std::string::npos);
+
+  CastResult unknown = detail::Aggregation::alone(CastMode::kReduce, "test::Nobody", okEntry(5, 9));
+  ASSERT_EQ(unknown.entries.size(), 1u);
+  EXPECT_FALSE(unknown.entries[0].ok);
+  EXPECT_NE(failureMessage(unknown.entries[0]).find("no reducer test::Nobody"), std::string::npos);
 }
 
 TEST(Aggregation, AHopLostMidStreamFailsOnlyTheMembersItHadNotRelayed) {
