@@ -410,3 +410,51 @@ def test_a_native_op_that_fails_is_a_deferred_error_naming_the_op_and_size():
     assert "RuntimeError" in e.message and str(2 ** 44) in e.message, e.message
     assert "test_tensor_engine.py" in e.location
     np.testing.assert_array_equal(inspect(fine).numpy(), [1.0] * 3)  # the engine serves on
+
+
+def test_reductions_in_a_row_run_as_one_and_give_each_its_own_result():
+    # Gradients reduced one after another (small allreduces in a row) run as
+    # one allreduce on the engines; each result is its own, in place or not.
+    procs = grid()
+    with procs.activate():
+        a = torch.rand(8, 4)
+        b = torch.rand(3)
+        c = torch.rand(2, 5)
+        ra = a.reduce("dp", reduction="avg")
+        b.reduce_("dp", reduction="avg")
+        rc = c.reduce("dp", reduction="avg")
+    before = {name: shards(t, procs) for name, t in (("a", a), ("c", c))}
+    for key in before["a"]:
+        for name, result in (("a", ra), ("c", rc)):
+            members = np.stack([before[name][m] for m in GROUPS["dp"](*key)])
+            np.testing.assert_allclose(fetch_shard(result, dp=key[0], tp=key[1]).get(timeout=30),
+                                       members.mean(0), rtol=1e-6)
+    bs = shards(b, procs)
+    for key, got in bs.items():  # every member of a dp group holds the same average
+        partner = [m for m in GROUPS["dp"](*key) if m != key][0]
+        np.testing.assert_array_equal(got, bs[partner])
+
+
+def test_reductions_in_a_row_keep_their_order_where_they_share_memory_or_one_fails():
+    procs = grid()
+    with procs.activate():
+        x = torch.ones(4)
+        middle = x[1:3]                                 # a view: shares x's memory
+        x.reduce_("dp", reduction="sum")                # 2 everywhere
+        middle.reduce_("dp", reduction="sum")           # then 4 in the middle, as if alone
+        rank = procs.tensors().rank(("dp", "tp"))
+        bad = remote(fails_on_rank_two, propagate=lambda x, rank: x)(torch.ones(3), rank)
+        good = torch.ones(3)
+        good.reduce_("dp")
+        bad.reduce_("dp")                               # fails in the group of rank 2 only
+        after = torch.ones(2)
+        after.reduce_("dp")
+    for dp in range(2):
+        for tp in range(2):
+            np.testing.assert_array_equal(fetch_shard(x, dp=dp, tp=tp).get(timeout=30),
+                                          [2.0, 4.0, 4.0, 2.0])
+            np.testing.assert_array_equal(fetch_shard(good, dp=dp, tp=tp).get(timeout=30), [2.0] * 3)
+            np.testing.assert_array_equal(fetch_shard(after, dp=dp, tp=tp).get(timeout=30), [2.0] * 2)
+    with pytest.raises(RemoteException, match="rank two has no data"):
+        fetch_shard(bad, dp=0, tp=0).get(timeout=30)  # ranks 0 and 2 reduce together
+    np.testing.assert_array_equal(fetch_shard(bad, dp=0, tp=1).get(timeout=30), [4.0] * 3)

@@ -11,7 +11,6 @@
 #include "crown/tensor/device_collectives.h"
 
 namespace crown::tensor::detail {
-namespace {
 
 ReduceOp mpiReduce(Reduction reduction) {
   switch (reduction) {
@@ -28,7 +27,6 @@ ReduceOp mpiReduce(Reduction reduction) {
   return ReduceOp::sum;
 }
 
-// avg: the sum divided by the group's size (integer division for integers).
 void divideBy(LocalTensor& tensor, std::size_t count) {
   auto n = tensor.numel();
   switch (tensor.dtype()) {
@@ -48,8 +46,6 @@ void divideBy(LocalTensor& tensor, std::size_t count) {
       throw ConfigError(std::string("avg of ") + scalarName(tensor.dtype()));
   }
 }
-
-}  // namespace
 
 Collectives::Collectives(Proc& proc, const mesh::Shape& shape, std::uint32_t instance)
     : proc_(proc), shape_(shape), instance_(instance) {

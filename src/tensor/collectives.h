@@ -16,6 +16,7 @@
 
 #include "crown/actor/proc.h"
 #include "crown/mesh/shape.h"
+#include "crown/tensor/command.h"
 #include "tensor/ref_table.h"
 
 namespace crown::tensor::detail {
@@ -33,6 +34,20 @@ class Collectives {
   /// Runs `command` on `source` (null: not defined here). Every member of
   /// the group must call it, in the same order as the others.
   Outcome run(const Collective& command, const RefTable::Value* source);
+
+  /// How many of `commands`, from `first` on, run as one MPI allreduce
+  /// (runFused), like a bucket of gradients: small CPU allreduces in a row,
+  /// over the same dims with the same reduction and type, whose sources the
+  /// controller described, none reading what an earlier one wrote. Decided
+  /// from the commands alone, so every member groups them alike. 0 or 1:
+  /// none to fuse.
+  static std::size_t fusable(const std::vector<Command>& commands, std::size_t first);
+  /// Runs `commands` (a run that fusable() gave) as one allreduce of their
+  /// sources packed end to end, while the members agree. If the agreement
+  /// finds a failure anywhere, each runs on its own instead (run(), which
+  /// says what failed where). One outcome per command.
+  std::vector<Outcome> runFused(const std::vector<Collective>& commands,
+                                const std::vector<const RefTable::Value*>& sources);
 
  private:
   struct Group {
@@ -55,7 +70,8 @@ class Collectives {
   // Whether `command`'s data moves during the agreement: the controller gave
   // its source's shape and type, and it is small (latency-bound).
   static bool overlaps(const Collective& command, std::size_t members);
-  static constexpr std::int64_t kOverlapBytes = 1 << 20;
+  static constexpr std::int64_t kOverlapBytes = 1 << 20;  // and the most runFused packs
+  static constexpr std::size_t kMostFused = 64;
   // Keeps a failed collective's buffers for the life of the engine stream.
   void keep(Posted posted, LocalTensor stand);
   LocalTensor finish(const Collective& command, const Group& group, const LocalTensor& input,
@@ -68,5 +84,10 @@ class Collectives {
   std::map<std::vector<std::size_t>, Group> groups_;
   std::vector<LocalTensor> abandoned_;
 };
+
+/// MPI's operation for a reduction (avg: a sum, divided by divideBy).
+ReduceOp mpiReduce(Reduction reduction);
+/// avg: the sum divided by the group's size (integer division for integers).
+void divideBy(LocalTensor& tensor, std::size_t count);
 
 }  // namespace crown::tensor::detail

@@ -47,6 +47,13 @@ Engine::Impl::Stream& Engine::Impl::stream(StreamId id) {
 // task, run under one guard (kernel.h: Python's GIL, taken once).
 void Engine::Impl::dispatchBatch(const std::vector<Command>& commands) {
   for (std::size_t i = 0; i < commands.size();) {
+    if (std::size_t fused = detail::Collectives::fusable(commands, i); fused > 1) {
+      std::vector<Collective> run;
+      for (std::size_t end = i + fused; i < end; ++i) run.push_back(std::get<Collective>(commands[i]));
+      Stream& s = stream(current);
+      s.thread.post([this, &s, run = std::move(run)] { runFused(run, s); });
+      continue;
+    }
     const auto* call = std::get_if<Call>(&commands[i]);
     KernelGuard guard = call ? findKernelGuard(call->kernel) : KernelGuard{};
     if (!guard) {

@@ -58,7 +58,8 @@ struct Engine::Impl {
   Stream& stream(StreamId id);
 
   // Consecutive calls of a kernel with a guard go to their stream as one
-  // task, run under one guard (kernel.h: Python's GIL, taken once).
+  // task, run under one guard (kernel.h: Python's GIL, taken once); small
+  // allreduces in a row, as one (Collectives::fusable).
   void dispatchBatch(const std::vector<Command>& commands);
   void dispatch(const Command& command);
   void borrow(const Borrow& b);
@@ -107,6 +108,7 @@ struct Engine::Impl {
                            std::string traceback = {}) const;
   void poisonAll(const std::vector<RefId>& results, const RefTable::Poison& poison);
   void run(const Command& command, Stream& s);
+  void runFused(const std::vector<Collective>& commands, Stream& s);
   void transfer(const Transfer& t);
   void call(const Call& c, Stream& s);
 

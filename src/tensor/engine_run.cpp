@@ -42,6 +42,28 @@ void Engine::Impl::run(const Command& command, Stream& s) {
   }
 }
 
+void Engine::Impl::runFused(const std::vector<Collective>& commands, Stream& s) {
+  ran += commands.size();
+  trace::Span span;
+  if (trace::on()) [[unlikely]]
+    span.begin("tensor", "allreduce x" + std::to_string(commands.size()));
+  std::vector<std::optional<RefTable::Value>> found;
+  std::vector<const RefTable::Value*> sources;
+  found.reserve(commands.size());
+  for (const Collective& c : commands) {
+    found.push_back(refs.find(c.source));
+    sources.push_back(found.back() ? &*found.back() : nullptr);
+  }
+  auto outcomes = s.collectives.runFused(commands, sources);
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    if (outcomes[i].failure) {
+      refs.poison(commands[i].result, outcomes[i].failure);
+    } else {
+      refs.define(commands[i].result, std::move(outcomes[i].result));
+    }
+  }
+}
+
 void Engine::Impl::transfer(const Transfer& t) {
   if (t.sending) {
     auto source = refs.find(t.source);
