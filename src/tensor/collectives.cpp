@@ -192,7 +192,8 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   // everywhere), so the agreement's round trip overlaps the data's instead
   // of preceding it. A member without a good input sends zeros of the
   // expected shape, and every member drops the data if the agreement finds
-  // a failure; the data goes into fresh memory, so nothing is written first.
+  // a failure; the data goes into fresh memory (or, for reduce_, straight
+  // into the source, whose ref a failure poisons: inPlace).
   std::optional<Posted> early;
   LocalTensor stand;  // what a member without a good input sends
   if (overlaps(command, g->size)) {
@@ -217,7 +218,15 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
   }
   try {
     Future<void> agreed = mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min);
-    if (overlaps(command, g->size)) early = post(command, *g, local ? stand : input);
+    if (overlaps(command, g->size)) {
+      if (!local && inPlace(command, input)) {
+        early = Posted{mpi.allreduce(g->comm, input.data(), static_cast<std::size_t>(input.numel()),
+                                     mpiType(input.dtype()), mpiReduce(command.reduction)),
+                       input, {}};
+      } else {
+        early = post(command, *g, local ? stand : input);
+      }
+    }
     agreed.get();
     if (early) early->done.get();
   } catch (const ProcessLost& e) {
@@ -274,8 +283,7 @@ LocalTensor Collectives::move(const Collective& command, const Group& g, const L
   }
   // In place when the command says so and the memory allows: then every
   // view of the source sees the result too, as torch's in-place ops do.
-  if (command.kind == CollectiveKind::allreduce && command.result == command.source &&
-      input.contiguous()) {
+  if (inPlace(command, input)) {
     mpi.allreduce(g.comm, input.data(), static_cast<std::size_t>(input.numel()),
                   mpiType(input.dtype()), mpiReduce(command.reduction))
         .get();
@@ -286,6 +294,11 @@ LocalTensor Collectives::move(const Collective& command, const Group& g, const L
   Posted posted = post(command, g, input);
   posted.done.get();
   return finish(command, g, input, std::move(posted.out));
+}
+
+bool Collectives::inPlace(const Collective& command, const LocalTensor& input) {
+  return command.kind == CollectiveKind::allreduce && command.result == command.source &&
+         input.device().kind == DeviceKind::cpu && input.contiguous();
 }
 
 bool Collectives::overlaps(const Collective& command, std::size_t members) {
@@ -364,7 +377,7 @@ LocalTensor Collectives::finish(const Collective& command, const Group& g, const
   if (reduces && command.reduction == Reduction::avg) divideBy(out, g.size);
   if (command.kind == CollectiveKind::allreduce && command.result == command.source) {
     LocalTensor target = input;  // reduce_: the source's own memory, views and all
-    target.assign(out);
+    if (out.data() != target.data()) target.assign(out);  // unless it went there directly
     return target;
   }
   return out;

@@ -58,7 +58,8 @@ class Collectives {
   // Throws ConfigError for dims that are not the mesh's, or without MPI.
   const Group& group(const std::vector<std::string>& dims);
   LocalTensor move(const Collective& command, const Group& group, const LocalTensor& source);
-  // The data of a CPU collective posted into fresh memory (never in place):
+  // The data of a CPU collective posted into fresh memory (post never
+  // writes in place; run() does for inPlace commands):
   // `done` completes when MPI has moved it into `out`; finish() then does
   // the rest (avg's division, the write into an in-place source).
   struct Posted {
@@ -67,6 +68,12 @@ class Collectives {
     LocalTensor send;  // the copy MPI reads, kept alive until done
   };
   Posted post(const Collective& command, const Group& group, const LocalTensor& input);
+  // reduce_ of a contiguous source that this member has good: straight in
+  // its memory (no copy there and back). Should the agreement then find a
+  // failure elsewhere, the result ref is poisoned on every member all the
+  // same; what views of it read is then undefined, as after a failed
+  // in-place torch op.
+  static bool inPlace(const Collective& command, const LocalTensor& input);
   // Whether `command`'s data moves during the agreement: the controller gave
   // its source's shape and type, and it is small (latency-bound).
   static bool overlaps(const Collective& command, std::size_t members);
