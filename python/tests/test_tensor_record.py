@@ -94,6 +94,24 @@ def test_activate_inside_a_dispatch_mode_of_the_users_stacks_on_it(mesh):
         torch.testing.assert_close(got, torch.full((3,), 2.0))
 
 
+def test_the_native_path_is_left_alone_under_another_torch_than_its_own(monkeypatch):
+    from crown import _aten_torch
+    from crown.tensor import _native
+
+    assert _aten_torch.matches(torch) and _native.USABLE  # this build's own torch
+
+    class OtherTorch:  # a pip torch in a virtual environment
+        __version__ = "2.1.0"
+
+        class _C:
+            __file__ = "/venv/lib/python3.11/site-packages/torch/_C.so"
+
+    assert not _aten_torch.matches(OtherTorch)
+    monkeypatch.setattr(_aten_torch, "VERSION", "2.1.0")
+    with pytest.warns(UserWarning, match="the engines run torch ops in Python"):
+        assert not _native._usable()
+
+
 # --- recording, factories, fake metadata ------------------------------------
 
 

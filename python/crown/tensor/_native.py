@@ -11,24 +11,43 @@ tensors). The form is JSON: {"op", "overload", "args", "kwargs", "picks"},
 with {"input": k} for the Call's input k, {"dtype": "float32"},
 {"device": "cpu"}, {"layout": "strided"}, {"memory_format": name}.
 
-CROWN_TENSOR_NATIVE=0 turns it off (every op runs in Python, as before).
+CROWN_TENSOR_NATIVE=0 turns it off (every op runs in Python, as before);
+so does a torch other than the one crown._aten was built against (a pip
+torch in a virtual environment), whose libraries must not meet _aten's.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import pickle
+import warnings
 from typing import Dict, Optional
 
 import torch
 
 from ._execute import Input
 
-ENABLED = (os.environ.get("CROWN_TENSOR_NATIVE", "1") != "0"
-           and importlib.util.find_spec("crown._aten") is not None)
+
+def _usable() -> bool:
+    """Whether crown._aten was built, and for the torch this process runs."""
+    try:
+        from .. import _aten_torch  # written with _aten, where it is built
+    except ImportError:
+        return False
+    if _aten_torch.matches(torch):
+        return True
+    warnings.warn(
+        f"crown._aten was built for torch {_aten_torch.VERSION} ({_aten_torch.LIBRARY_DIR}), "
+        f"and this process runs torch {torch.__version__} ({os.path.dirname(torch.__file__)}): "
+        "the engines run torch ops in Python (slower). Use the torch crown was built with, or "
+        "rebuild crown with this Python (-DPython3_EXECUTABLE=...)", stacklevel=2)
+    return False
+
+
+USABLE = _usable()  # crown._aten may be loaded here (crown.tensor._worker does)
+ENABLED = os.environ.get("CROWN_TENSOR_NATIVE", "1") != "0" and USABLE  # ops sent to it
 
 _LIMIT = 4096  # a loop records a few distinct blobs again and again
 _forms: Dict[bytes, Optional[bytes]] = {}

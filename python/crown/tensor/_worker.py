@@ -17,13 +17,12 @@ import numpy
 import torch
 
 from .. import _crown, _runtime
+from . import _native
 from ._execute import Context, execute
 
-try:
-    from .. import _aten  # built where libtorch's headers were (libtorch-dev)
-except ImportError:
-    _aten = None
-else:
+if _native.USABLE:  # built (libtorch-dev), for the torch of this process
+    from .. import _aten
+
     _crown.install_native_torch(_aten.api())
 
 _seeded = False
