@@ -92,7 +92,9 @@ std::vector<Collectives::Outcome> Collectives::runFused(
     for (std::size_t j = 0; good && j < inputs.size(); ++j) good = !overlap(inputs[j], *tensor);
     if (good) inputs.push_back(*tensor);
   }
-  LocalTensor packed = LocalTensor::zeros(head.expectType, {total});
+  // Zeros only for a member without good inputs; the others' are copied in.
+  LocalTensor packed = good ? LocalTensor::allocate(head.expectType, {total})
+                            : LocalTensor::zeros(head.expectType, {total});
   auto slice = [&](std::size_t i, std::int64_t offset) {
     return LocalTensor::wrap(head.expectType, commands[i].expectShape, {},
                              static_cast<std::byte*>(packed.data()) +
