@@ -115,21 +115,19 @@ const Collectives::Group& Collectives::group(const std::vector<std::string>& dim
   return groups_.emplace(indices, std::move(made)).first->second;
 }
 
-Collectives::Outcome Collectives::run(const Collective& command, const RefTable::Value* source) {
-  const char* op = collectiveName(command.kind);
-  auto fail = [&](std::string message) {
-    return Outcome{{},
-                   std::make_shared<const Failure>(
-                       Failure{op, proc_.rank(), std::move(message), {}, command.origin})};
-  };
-  // A member lost: the front end raises it as a lost process (Python's
-  // SupervisionError), naming the rank.
-  auto lost = [&](const ProcessLost& e) {
-    Failure f{op, proc_.rank(), e.what(), {}, command.origin};
+Collectives::Outcome Collectives::failed(const Collective& command, std::string message,
+                                         const ProcessLost* lost) const {
+  Failure f{collectiveName(command.kind), proc_.rank(), std::move(message), {}, command.origin};
+  if (lost) {  // the front end raises it as a lost process (Python's SupervisionError)
     f.rankLost = true;
-    f.lostRank = e.rank();
-    return Outcome{{}, std::make_shared<const Failure>(std::move(f))};
-  };
+    f.lostRank = lost->rank();
+  }
+  return Outcome{{}, std::make_shared<const Failure>(std::move(f))};
+}
+
+Collectives::Outcome Collectives::run(const Collective& command, const RefTable::Value* source) {
+  auto fail = [&](std::string message) { return failed(command, std::move(message)); };
+  auto lost = [&](const ProcessLost& e) { return failed(command, e.what(), &e); };
   const Group* g = nullptr;
   try {
     g = &group(command.dims);  // the same answer on every member: no agreement needed
@@ -159,7 +157,7 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
       bool blocks =
           command.kind == CollectiveKind::reduceScatter || command.kind == CollectiveKind::alltoall;
       if (blocks && (input.dims() == 0 || input.shape()[0] % static_cast<std::int64_t>(g->size))) {
-        throw ConfigError(std::string(op) + " of " + input.describe() +
+        throw ConfigError(std::string(collectiveName(command.kind)) + " of " + input.describe() +
                           ": dimension 0 must split evenly into " + std::to_string(g->size) +
                           " blocks, one per member");
       }
@@ -301,8 +299,18 @@ bool Collectives::inPlace(const Collective& command, const LocalTensor& input) {
          input.device().kind == DeviceKind::cpu && input.contiguous();
 }
 
+std::optional<std::int64_t> Collectives::describedBytes(const Collective& command) {
+  if (!command.expected) return std::nullopt;
+  try {
+    mpiType(command.expectType);
+  } catch (const std::exception&) {
+    return std::nullopt;  // no MPI type: the agreement first, which says so on every member
+  }
+  return elementCount(command.expectShape) *
+         static_cast<std::int64_t>(elementSize(command.expectType));
+}
+
 bool Collectives::overlaps(const Collective& command, std::size_t members) {
-  if (!command.expected) return false;
   const auto& shape = command.expectShape;
   auto size = static_cast<std::int64_t>(members);
   bool blocks =
@@ -310,14 +318,8 @@ bool Collectives::overlaps(const Collective& command, std::size_t members) {
   if (blocks && (shape.empty() || shape[0] % size != 0)) return false;
   if (command.kind == CollectiveKind::broadcast && (command.root < 0 || command.root >= size))
     return false;
-  try {
-    mpiType(command.expectType);
-    return elementCount(command.expectShape) *
-               static_cast<std::int64_t>(elementSize(command.expectType)) <=
-           kOverlapBytes;
-  } catch (const std::exception&) {
-    return false;  // no MPI type: the agreement first, which says so on every member
-  }
+  auto bytes = describedBytes(command);
+  return bytes && *bytes <= kOverlapBytes;
 }
 
 void Collectives::keep(Posted posted, LocalTensor stand) {

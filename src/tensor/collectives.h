@@ -74,9 +74,15 @@ class Collectives {
   // same; what views of it read is then undefined, as after a failed
   // in-place torch op.
   static bool inPlace(const Collective& command, const LocalTensor& input);
+  // The bytes of `command`'s source as the controller described it (shape
+  // and a type MPI has); nothing when it did not.
+  static std::optional<std::int64_t> describedBytes(const Collective& command);
   // Whether `command`'s data moves during the agreement: the controller gave
   // its source's shape and type, and it is small (latency-bound).
   static bool overlaps(const Collective& command, std::size_t members);
+  // The outcome of `command` failing with `message` (`lost`: a member lost).
+  Outcome failed(const Collective& command, std::string message,
+                 const ProcessLost* lost = nullptr) const;
   static constexpr std::int64_t kOverlapBytes = 1 << 20;  // and the most runFused packs
   static constexpr std::size_t kMostFused = 64;
   // Keeps a failed collective's buffers for the life of the engine stream.

@@ -11,18 +11,6 @@
 namespace crown::tensor::detail {
 namespace {
 
-// The bytes of a command that may fuse: a CPU allreduce whose source the
-// controller described, of a type MPI has; nothing otherwise.
-std::optional<std::int64_t> fusableBytes(const Collective& c) {
-  if (c.kind != CollectiveKind::allreduce || !c.expected) return std::nullopt;
-  try {
-    mpiType(c.expectType);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  return elementCount(c.expectShape) * static_cast<std::int64_t>(elementSize(c.expectType));
-}
-
 // Whether two shards share memory (then the second must see the first's
 // result, as run one after the other).
 bool overlap(const LocalTensor& a, const LocalTensor& b) {
@@ -41,6 +29,12 @@ bool overlap(const LocalTensor& a, const LocalTensor& b) {
 }  // namespace
 
 std::size_t Collectives::fusable(const std::vector<Command>& commands, std::size_t first) {
+  // The bytes of a command that may fuse: an allreduce whose source the
+  // controller described (a CPU one, of a type MPI has); nothing otherwise.
+  auto fusableBytes = [](const Collective& c) -> std::optional<std::int64_t> {
+    if (c.kind != CollectiveKind::allreduce) return std::nullopt;
+    return describedBytes(c);
+  };
   const auto* head = std::get_if<Collective>(&commands[first]);
   if (!head) return 0;
   auto bytes = fusableBytes(*head);
@@ -120,14 +114,7 @@ std::vector<Collectives::Outcome> Collectives::runFused(
   auto failEach = [&](const std::string& message, const ProcessLost* lost) {
     keep(std::move(posted), {});
     std::vector<Outcome> outcomes;
-    for (const Collective& c : commands) {
-      Failure f{collectiveName(c.kind), proc_.rank(), message, {}, c.origin};
-      if (lost) {
-        f.rankLost = true;
-        f.lostRank = lost->rank();
-      }
-      outcomes.push_back(Outcome{{}, std::make_shared<const Failure>(std::move(f))});
-    }
+    for (const Collective& c : commands) outcomes.push_back(failed(c, message, lost));
     return outcomes;
   };
   try {
