@@ -19,6 +19,7 @@
 #include <string_view>
 #include <thread>
 
+#include "bind_tensor.h"
 #include "bindings.h"
 #include "crown/tensor/engine.h"
 #include "crown/tensor/kernel.h"
@@ -244,14 +245,6 @@ std::vector<LocalTensor> runAtenKernel(KernelContext& context,
   return runTorch(context, inputs, blob.substr(cut + 1));
 }
 
-// Recording costs microseconds: the GIL is let go only for a flush (which
-// may wait, FLO-1), not for every command.
-void appendOrFlush(TensorClient& client, Command command) {
-  if (!client.append(std::move(command))) return;
-  py::gil_scoped_release release;
-  client.flush();
-}
-
 // What call_torch and call_aten do: append a Call of `kernel`.
 auto recordOp(std::string kernel) {
   return [kernel = std::move(kernel)](TensorClient& client, std::vector<RefId> inputs,
@@ -263,6 +256,14 @@ auto recordOp(std::string kernel) {
 }
 
 }  // namespace
+
+// Recording costs microseconds: the GIL is let go only for a flush (which
+// may wait, FLO-1), not for every command.
+void appendOrFlush(TensorClient& client, Command command) {
+  if (!client.append(std::move(command))) return;
+  py::gil_scoped_release release;
+  client.flush();
+}
 
 void bindTensor(py::module_& m) {
   py::class_<TensorFetch>(m, "TensorFetch")

@@ -12,6 +12,7 @@ void bindActor(pybind11::module_& m);
 void bindReduce(pybind11::module_& m);
 void bindPayload(pybind11::module_& m);  // py_payload.h
 void bindTensor(pybind11::module_& m);
+void bindTensorFastRecord(pybind11::module_& m);  // tensor_fast_record.cpp
 void bindRdma(pybind11::module_& m);
 
 }  // namespace crown::python

@@ -10,5 +10,6 @@ PYBIND11_MODULE(_crown, m) {
   crown::python::bindActor(m);
   crown::python::bindReduce(m);
   crown::python::bindTensor(m);
+  crown::python::bindTensorFastRecord(m);
   crown::python::bindRdma(m);
 }

@@ -16,7 +16,7 @@
 
 namespace crown::python {
 
-inline constexpr int kNativeTorchVersion = 1;
+inline constexpr int kNativeTorchVersion = 2;
 inline constexpr const char* kNativeTorchCapsule = "crown._aten.NativeTorch";
 
 enum class NativeOutcome {
@@ -39,6 +39,13 @@ struct NativeTorch {
   /// `object` as a shard sharing its memory, when it is a torch tensor of a
   /// type crown knows; false otherwise. GIL held.
   bool (*fromPython)(PyObject* object, tensor::LocalTensor& out) = nullptr;
+  /// Whether autograd records ops on this thread now (torch.is_grad_enabled()).
+  /// GIL held.
+  bool (*gradEnabled)() = nullptr;
+  /// Whether `object`, a torch tensor, requires grad; -1 when it is not a
+  /// torch tensor. GIL held. (The controller's recording asks both,
+  /// tensor_fast_record.cpp.)
+  int (*requiresGrad)(PyObject* object) = nullptr;
 };
 
 }  // namespace crown::python

@@ -25,6 +25,7 @@ from ._mesh import Mesh, no_mesh
 from ._record import Tensor
 from ._remote import Remote, remote
 from ._stream import Stream, main_stream
+from . import _fast_record  # noqa: F401  (the C++ recording path, where there is one)
 from .errors import (
     BorrowedTensorError,
     CollectiveGradError,

@@ -6,12 +6,12 @@ where every op inside activate() arrives (_mesh._MeshMode)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _known, _mesh, _record
+from . import _known, _mesh, _native, _record
 from ._commands import Call
 from .errors import LocalValueError, NoMeshError
 
@@ -179,16 +179,21 @@ _no_torch_function = torch._C.DisableTorchFunction
 _tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> (_Entry, perm) or None (slow)
 
 
-class _TfEntry:
-    """An op that makes one fresh tensor from its own tensor arguments."""
+class _TfEntry(NamedTuple):
+    """An op that makes one fresh tensor from its own tensor arguments (a
+    tuple: tensor_fast_record.cpp reads it by position)."""
 
-    __slots__ = ("blob", "meta", "perm")
+    blob: bytes
+    meta: tuple  # its output's (size, stride, offset, dtype, device)
+    # The Call's input k is the op's tensor argument perm[k]; None: the same order.
+    perm: Optional[tuple]
+    # The blob's native form for the engines (EngineBackend.record's choice, made once).
+    native: Optional[bytes]
 
-    def __init__(self, blob, meta, perm):
-        self.blob = blob
-        self.meta = meta  # its output's (size, stride, offset, dtype, device)
-        # The Call's input k is the op's tensor argument perm[k]; None: the same order.
-        self.perm = None if perm == tuple(range(len(perm))) else perm
+
+def _tf_entry(blob: bytes, meta: tuple, perm: tuple) -> _TfEntry:
+    return _TfEntry(blob, meta, None if perm == tuple(range(len(perm))) else perm,
+                    _native.native(blob) if _native.ENABLED else None)
 
 
 # Attribute reads (t.grad, t.requires_grad: most of a training step's calls
@@ -259,7 +264,7 @@ def _learn(func, types, args, kwargs, table, key, inputs):
                  and aten.descs[0][0] is not None)
         position = {ref: k for k, ref in enumerate(inputs)}
         if fresh and all(ref in position for ref in call_inputs):
-            entry = _TfEntry(aten.blob, aten.descs[0], tuple(position[ref] for ref in call_inputs))
+            entry = _tf_entry(aten.blob, aten.descs[0], tuple(position[ref] for ref in call_inputs))
     if len(table) >= _CACHE_LIMIT:
         table.clear()
     table[key] = entry

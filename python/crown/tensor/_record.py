@@ -49,6 +49,7 @@ class Tensor(torch.Tensor):
     _lent = 0  # borrows out of it (or, on a shared borrow's result, 1: no writes)
     _lent_mutably = False
 
+    # crown.tensor._fast_record replaces it with its C++ path where it can.
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _op_cache.torch_function(func, types, args, kwargs)

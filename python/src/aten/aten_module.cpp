@@ -2,6 +2,7 @@
 // C++, with no GIL, and shards handed to Python and back as the torch
 // tensors they are. _crown calls it through the table in native_torch.h.
 #include <pybind11/pybind11.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <atomic>
@@ -71,7 +72,15 @@ bool fromPython(PyObject* object, tensor::LocalTensor& out) {
   return true;
 }
 
-const NativeTorch table{kNativeTorchVersion, &run, &toPython, &fromPython};
+bool gradEnabled() { return at::GradMode::is_enabled(); }
+
+int requiresGrad(PyObject* object) {
+  if (!THPVariable_Check(object)) return -1;
+  return THPVariable_Unpack(object).requires_grad() ? 1 : 0;
+}
+
+const NativeTorch table{kNativeTorchVersion, &run,         &toPython,
+                        &fromPython,         &gradEnabled, &requiresGrad};
 
 }  // namespace
 }  // namespace crown::python::aten
