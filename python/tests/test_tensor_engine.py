@@ -371,6 +371,9 @@ def test_the_engines_run_torch_ops_natively_with_the_results_python_gives():
             "softmax": a.softmax(-1),
             "cat": torch.cat([a, b]),                            # a list of tensors
             "index": a[torch.arange(2)],                         # Tensor?[]: Python's path
+            "numbers": (a * 0.1 + 0.3) / 7 - 2,                  # numbers cast to float32 ahead
+            "int_number": (a * 3).div_(7).mul_(0.9),             # an int, and in place
+            "bf16_number": (a.to(torch.bfloat16) * 0.1).float(), # bf16: left to TensorIterator
         }
         counter = torch.zeros(3, dtype=torch.int64)
         counter.add_(7)                                          # in place: the same ref
@@ -382,7 +385,11 @@ def test_the_engines_run_torch_ops_natively_with_the_results_python_gives():
         "arange": lambda a, b: torch.arange(6).reshape(2, 3) * 3,
         "full": lambda a, b: torch.full((2, 2), 3.5, dtype=torch.float64),
         "softmax": lambda a, b: a.softmax(-1), "cat": lambda a, b: torch.cat([a, b]),
-        "index": lambda a, b: a[torch.arange(2)]}
+        "index": lambda a, b: a[torch.arange(2)],
+        "numbers": lambda a, b: (a * 0.1 + 0.3) / 7 - 2,
+        "int_number": lambda a, b: (a * 3).div_(7).mul_(0.9),
+        "bf16_number": lambda a, b: (a.to(torch.bfloat16) * 0.1).float()}
+    bitwise = ("scalar", "numbers", "int_number", "bf16_number")  # what eager torch gives, exactly
     for dp, tp in [(0, 0), (1, 1)]:
         local_a = fetch_shard(a, dp=dp, tp=tp).get(timeout=30)
         local_b = fetch_shard(b, dp=dp, tp=tp).get(timeout=30)
@@ -391,6 +398,8 @@ def test_the_engines_run_torch_ops_natively_with_the_results_python_gives():
             expected = want[name](local_a, local_b)
             assert got.dtype == expected.dtype and got.shape == expected.shape, name
             torch.testing.assert_close(got, expected, msg=name)
+            if name in bitwise:
+                assert torch.equal(got, expected), name
         np.testing.assert_array_equal(fetch_shard(counter, dp=dp, tp=tp).get(timeout=30), [7] * 3)
     after = native_counts()  # rank 0 (dp=0, tp=0) has run them all: fetched above
     assert after["native"] - before["native"] >= 20, (before, after)  # ~25 ops ran in C++

@@ -6,6 +6,7 @@
 #include <c10/core/MemoryFormat.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "aten_tensor.h"
 
@@ -149,6 +150,15 @@ c10::IValue convert(const c10::TypePtr& type, const json& v, std::vector<std::si
   }
 }
 
+// The binary ops whose CPU kernels take a float32 operand and a Python
+// number cast to float32 beforehand exactly as TensorIterator casts it
+// (compute_types: .to(common dtype)): float32 is their common dtype.
+bool castsNumberAhead(const std::string& op, const std::string& overload) {
+  static const std::set<std::string> ops = {"aten::add",  "aten::sub",  "aten::mul",  "aten::div",
+                                            "aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
+  return overload == "Tensor" && ops.count(op) != 0;
+}
+
 bool returnsTensors(const c10::FunctionSchema& schema) {
   for (const auto& r : schema.returns()) {
     const auto& type = r.type();
@@ -197,6 +207,16 @@ PreparedOp::PreparedOp(std::string_view spec) {
   }
   if (named != kwargs.size()) throw NotNative{};  // a name the schema does not have
   picks_ = j.at("picks").get<std::vector<std::int64_t>>();
+  if (castsNumberAhead(op, overload) && slots_.size() == 1 && !slots_.front().list) {
+    for (std::size_t i = 0; i < arguments_.size(); ++i) {
+      if (!arguments_[i].isTensor()) continue;
+      const at::Tensor& number = arguments_[i].toTensor();
+      if (!number.unsafeGetTensorImpl()->is_wrapped_number() || number.is_complex()) continue;
+      at::Tensor float32 = number.to(at::kFloat);
+      float32.unsafeGetTensorImpl()->set_wrapped_number(true);
+      float32Numbers_.emplace_back(i, std::move(float32));
+    }
+  }
 }
 
 std::vector<tensor::LocalTensor> PreparedOp::run(
@@ -217,6 +237,13 @@ std::vector<tensor::LocalTensor> PreparedOp::run(
       stack[slot.position] = shard(slot.inputs.front());
     }
   }
+  // The shard is float32: TensorIterator would cast the (float64) number to
+  // it on every call (.to(), an allocation, a quarter of the op's time); it
+  // gets it cast already, the same value. Only float32: bf16 and half
+  // kernels may read the number's original value (later torch's do).
+  if (!float32Numbers_.empty() &&
+      stack[slots_.front().position].toTensor().scalar_type() == at::kFloat)
+    for (const auto& [position, number] : float32Numbers_) stack[position] = number;
   op_->callBoxed(stack);
   std::vector<const at::Tensor*> flat;  // the outputs in torch.utils._pytree order
   for (const c10::IValue& out : stack) {
@@ -241,9 +268,7 @@ std::vector<tensor::LocalTensor> PreparedOp::run(
 }
 
 const PreparedOp* PreparedOps::find(std::string_view spec) {
-  // A heterogeneous lookup would spare this copy; specs are ~100 bytes.
-  std::string key(spec);
-  auto it = ops_.find(key);
+  auto it = ops_.find(spec);
   if (it != ops_.end()) return it->second.get();
   if (ops_.size() >= kLimit) ops_.clear();
   std::unique_ptr<PreparedOp> op;
@@ -252,7 +277,7 @@ const PreparedOp* PreparedOps::find(std::string_view spec) {
   } catch (const NotNative&) {
   } catch (const std::exception&) {  // a malformed spec: Python's path says what is wrong
   }
-  return ops_.emplace(std::move(key), std::move(op)).first->second.get();
+  return ops_.emplace(std::string(spec), std::move(op)).first->second.get();
 }
 
 }  // namespace crown::python::aten

@@ -40,6 +40,9 @@ class PreparedOp {
   std::vector<c10::IValue> arguments_;  // the stack, the slots' places empty
   std::vector<Slot> slots_;
   std::vector<std::int64_t> picks_;  // _execute.py's picks
+  // add/sub/mul/div of one float32 shard and a Python number: the number,
+  // wrapped as float32 beforehand, at its place in the stack (see run()).
+  std::vector<std::pair<std::size_t, c10::IValue>> float32Numbers_;
 };
 
 /// This thread's prepared ops by spec (each stream thread has its own: no
@@ -50,7 +53,11 @@ class PreparedOps {
 
  private:
   static constexpr std::size_t kLimit = 4096;  // a loop repeats a few specs
-  std::unordered_map<std::string, std::unique_ptr<PreparedOp>> ops_;
+  struct Hash {  // looked up by the spec's view: no copy per call
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::unique_ptr<PreparedOp>, Hash, std::equal_to<>> ops_;
 };
 
 }  // namespace crown::python::aten
