@@ -46,6 +46,7 @@ struct State {
   Py_ssize_t placesLimit = 0;
   py::object makeWrapper;     // torch.Tensor._make_wrapper_subclass
   py::object wrapperKwnames;  // its keyword arguments, in the order they are passed
+  py::object contiguousKwnames;  // the same for a contiguous tensor at offset 0
   py::object callType;        // crown.tensor._commands.Call (other backends than the engines)
   py::object engineBackend;   // crown.tensor._engine.EngineBackend
 };
@@ -222,6 +223,24 @@ TensorClient* engineClient(PyObject* backend) {
   }
 }
 
+// Whether `stride` is what torch gives `size` by itself (c10::contiguous_strides)
+// and the offset 0: a wrapper made without them has them.
+bool contiguousAtZero(PyObject* size, PyObject* stride, PyObject* offset) {
+  if (!PyTuple_Check(size) || !PyTuple_Check(stride) || !PyLong_Check(offset) ||
+      PyTuple_GET_SIZE(size) != PyTuple_GET_SIZE(stride) || PyLong_AsLongLong(offset) != 0)
+    return false;
+  long long expected = 1;
+  for (Py_ssize_t i = PyTuple_GET_SIZE(size) - 1; i >= 0; --i) {
+    long long n = PyLong_AsLongLong(PyTuple_GET_ITEM(size, i));
+    if (PyLong_AsLongLong(PyTuple_GET_ITEM(stride, i)) != expected || PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    expected *= n > 1 ? n : 1;
+  }
+  return true;
+}
+
 // The new mesh tensor: Tensor(None, mesh, ref, location, meta) without its
 // Python __new__ (the same attributes, set in its dict).
 py::object makeTensor(PyObject* meta, PyObject* mesh, PyObject* ref, PyObject* place,
@@ -230,11 +249,21 @@ py::object makeTensor(PyObject* meta, PyObject* mesh, PyObject* ref, PyObject* p
     PyErr_SetString(PyExc_TypeError, "a cached op's output metadata is not (size, stride, offset, dtype, device)");
     return py::object();
   }
-  PyObject* call[] = {state->tensorType.ptr(), PyTuple_GET_ITEM(meta, 0),
-                      PyTuple_GET_ITEM(meta, 1), PyTuple_GET_ITEM(meta, 2),
-                      PyTuple_GET_ITEM(meta, 3), PyTuple_GET_ITEM(meta, 4), Py_False};
-  auto out = py::reinterpret_steal<py::object>(
-      PyObject_Vectorcall(state->makeWrapper.ptr(), call, 2, state->wrapperKwnames.ptr()));
+  PyObject* size = PyTuple_GET_ITEM(meta, 0);
+  PyObject* stride = PyTuple_GET_ITEM(meta, 1);
+  PyObject* offset = PyTuple_GET_ITEM(meta, 2);
+  py::object out;
+  if (contiguousAtZero(size, stride, offset)) {  // torch's own strides: fewer arguments to parse
+    PyObject* call[] = {state->tensorType.ptr(), size, PyTuple_GET_ITEM(meta, 3),
+                        PyTuple_GET_ITEM(meta, 4)};
+    out = py::reinterpret_steal<py::object>(
+        PyObject_Vectorcall(state->makeWrapper.ptr(), call, 2, state->contiguousKwnames.ptr()));
+  } else {
+    PyObject* call[] = {state->tensorType.ptr(), size, stride, offset, PyTuple_GET_ITEM(meta, 3),
+                        PyTuple_GET_ITEM(meta, 4)};
+    out = py::reinterpret_steal<py::object>(
+        PyObject_Vectorcall(state->makeWrapper.ptr(), call, 2, state->wrapperKwnames.ptr()));
+  }
   if (!out) return out;
   py::object dict = dictOf(out.ptr());
   if (!dict || PyDict_SetItem(dict.ptr(), names.meta, meta) < 0 ||
@@ -440,8 +469,9 @@ void bindTensorFastRecord(py::module_& m) {
         s->internalPrefix = objects["internal_prefix"];
         s->placesLimit = objects["places_limit"].cast<Py_ssize_t>();
         s->makeWrapper = objects["make_wrapper"];
-        s->wrapperKwnames = py::make_tuple("strides", "storage_offset", "dtype", "device",
-                                           "requires_grad");
+        // requires_grad: False by default, as Tensor.__new__ passes it.
+        s->wrapperKwnames = py::make_tuple("strides", "storage_offset", "dtype", "device");
+        s->contiguousKwnames = py::make_tuple("dtype", "device");
         s->callType = objects["call"];
         s->engineBackend = objects["engine_backend"];
         delete state;  // configured again (a test): the old one's objects go

@@ -40,9 +40,11 @@ def loop(steps=6):
             z = z * 0.5 + 1
             y = torch.add(z, w, alpha=0.25)
             s = torch.cat([z, y]).sum(dim=0)
-            t = (z * z).t()
+            t = (z * z).t()  # a view: strides of its own
+            n = z.narrow(0, 1, 2)  # a view at an offset
+            u = torch.ones(4, 1, 3) * 2  # a dimension of 1
     commands = [c for c in mesh.backend.pending if type(c) in (Call, Delete)]
-    return mesh, commands, [z, y, s, t]
+    return mesh, commands, [z, y, s, t, n, u]
 
 
 def test_records_what_the_python_path_records(python_path):
@@ -62,6 +64,8 @@ def test_records_what_the_python_path_records(python_path):
             assert fast.refs == slow.refs
     for a, b in zip(fast_out, slow_out):
         assert (a._ref, a._meta, a._location) == (b._ref, b._meta, b._location)
+        assert (a.shape, a.stride(), a.storage_offset(), a.dtype) == \
+               (b.shape, b.stride(), b.storage_offset(), b.dtype)
         np.testing.assert_allclose(inspect(a).numpy(), inspect(b).numpy())
 
 
