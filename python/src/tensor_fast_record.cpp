@@ -14,7 +14,9 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <optional>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "bind_tensor.h"
@@ -28,6 +30,35 @@ namespace {
 
 using tensor::RefId;
 using tensor::TensorClient;
+
+// The engines' texts of the ops and places recorded here, one SharedText
+// per Python object (held: its address names it alone). A loop records a
+// few: each Call shares them instead of copying a few hundred bytes, and
+// its batch sends each once (CommandBatch).
+class TextCache {
+ public:
+  /// `text`, bytes or str, as a SharedText; nullopt with a Python error set.
+  std::optional<tensor::SharedText> of(PyObject* text) {
+    auto it = texts_.find(text);
+    if (it != texts_.end()) return it->second.second;
+    char* data = nullptr;
+    Py_ssize_t size = 0;
+    if (PyBytes_Check(text)) {
+      if (PyBytes_AsStringAndSize(text, &data, &size) < 0) return std::nullopt;
+    } else {
+      data = const_cast<char*>(PyUnicode_AsUTF8AndSize(text, &size));
+      if (data == nullptr) return std::nullopt;
+    }
+    if (texts_.size() >= kLimit) texts_.clear();
+    tensor::SharedText shared(std::string_view(data, static_cast<std::size_t>(size)));
+    texts_.emplace(text, std::make_pair(py::reinterpret_borrow<py::object>(text), shared));
+    return shared;
+  }
+
+ private:
+  static constexpr std::size_t kLimit = 4096;
+  std::unordered_map<PyObject*, std::pair<py::object, tensor::SharedText>> texts_;
+};
 
 // What crown.tensor handed over (configure_tensor_fast_record), kept until
 // it is configured again: the interpreter may call in until it is gone.
@@ -49,6 +80,7 @@ struct State {
   py::object contiguousKwnames;  // the same for a contiguous tensor at offset 0
   py::object callType;        // crown.tensor._commands.Call (other backends than the engines)
   py::object engineBackend;   // crown.tensor._engine.EngineBackend
+  TextCache texts;
 };
 State* state = nullptr;
 std::atomic<std::uint64_t> hits{0};
@@ -366,16 +398,13 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
     std::vector<RefId> inputs(n);
     for (Py_ssize_t k = 0; k < n; ++k) inputs[k] = keys.refs[order[k]];
     bool aten = native != Py_None;
-    char* bytes = nullptr;
-    Py_ssize_t size = 0;
-    if (PyBytes_AsStringAndSize(aten ? native : blob, &bytes, &size) < 0) return Step::error;
-    Py_ssize_t placeSize = 0;
-    const char* placeText = PyUnicode_AsUTF8AndSize(place.ptr(), &placeSize);
-    if (placeText == nullptr) return Step::error;
+    auto text = state->texts.of(aten ? native : blob);
+    auto origin = state->texts.of(place.ptr());
+    if (!text || !origin) return Step::error;
     // As EngineBackend.record: the "aten" kernel with the native form, else "torch".
     appendOrFlush(*client, tensor::Call{aten ? "aten" : "torch", std::move(inputs), {refId},
-                                        tensor::ScalarType::f32, {}, {}, std::string(bytes, size),
-                                        std::string(placeText, placeSize)});
+                                        tensor::ScalarType::f32, {}, {}, std::move(*text),
+                                        std::move(*origin)});
   } else {
     py::list inputs(n);
     for (Py_ssize_t k = 0; k < n; ++k)

@@ -86,7 +86,7 @@ void Engine::Impl::call(const Call& c, Stream& s) {
       return poisonAll(c.results, failure(c.kernel,
                                           "its input ref " + std::to_string(ref) +
                                               " is not defined here (dropped, or never made)",
-                                          c.origin));
+                                          c.origin.str()));
     }
     if (auto* poison = std::get_if<RefTable::Poison>(&*value)) return poisonAll(c.results, *poison);
     inputs.push_back(std::get<LocalTensor>(*value));
@@ -98,7 +98,7 @@ void Engine::Impl::call(const Call& c, Stream& s) {
     return poisonAll(
         c.results,
         failure(c.kernel, "no kernel is registered under this name (known: " + known + ")",
-                c.origin));
+                c.origin.str()));
   }
   try {
     KernelContext context{c, proc.rank(), coords, s.generator};
@@ -110,9 +110,9 @@ void Engine::Impl::call(const Call& c, Stream& s) {
     for (std::size_t i = 0; i < outputs.size(); ++i) refs.define(c.results[i], outputs[i]);
   } catch (const KernelError& e) {
     poisonAll(c.results,
-              failure(e.op().empty() ? c.kernel : e.op(), e.what(), c.origin, e.traceback()));
+              failure(e.op().empty() ? c.kernel : e.op(), e.what(), c.origin.str(), e.traceback()));
   } catch (const std::exception& e) {
-    poisonAll(c.results, failure(c.kernel, e.what(), c.origin));
+    poisonAll(c.results, failure(c.kernel, e.what(), c.origin.str()));
   }
 }
 

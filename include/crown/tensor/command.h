@@ -5,15 +5,18 @@
 // values, serialized with Boost.Serialization; any thread.
 #pragma once
 
+#include <algorithm>
 #include <boost/serialization/split_member.hpp>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "crown/mesh/shape.h"
 #include "crown/tensor/local_tensor.h"
+#include "crown/tensor/shared_text.h"
 #include "crown/wire/serialize.h"
 
 namespace crown::tensor {
@@ -31,11 +34,28 @@ struct Call {
   ScalarType dtype = ScalarType::f32;
   std::vector<std::int64_t> ints;
   std::vector<double> reals;
-  std::string blob;
-  std::string origin;  ///< where the controller issued it (file:line), for errors
+  SharedText blob;
+  SharedText origin;  ///< where the controller issued it (file:line), for errors
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
     archive& kernel& inputs& results& dtype& ints& reals& blob& origin;
+  }
+  /// What a batch writes of it: its blob and origin by their place in the
+  /// batch's table of texts (CommandBatch).
+  template <class Archive>
+  void saveShared(Archive& archive, std::uint32_t blobIndex, std::uint32_t originIndex) const {
+    archive << kernel << inputs << results << dtype << ints << reals << blobIndex << originIndex;
+  }
+  template <class Archive>
+  void loadShared(Archive& archive, const std::vector<SharedText>& texts) {
+    std::uint32_t blobIndex = 0, originIndex = 0;
+    archive >> kernel >> inputs >> results >> dtype >> ints >> reals >> blobIndex >> originIndex;
+    if (blobIndex >= texts.size() || originIndex >= texts.size())
+      throw ProtocolError("a tensor call names text " +
+                          std::to_string(std::max(blobIndex, originIndex)) + " of a batch of " +
+                          std::to_string(texts.size()));
+    blob = texts[blobIndex];
+    origin = texts[originIndex];
   }
 };
 
@@ -162,31 +182,76 @@ using Command = std::variant<Call, Collective, Delete, SwitchStream, Borrow, Ret
                              Transfer, AwaitEngine>;
 
 /// What a flush casts: commands run in this order on every proc (ORD-1
-/// keeps the batches of one controller in order too).
+/// keeps the batches of one controller in order too). The Calls' blobs and
+/// origins travel once each, in a table of the batch's distinct texts: a
+/// loop's 256 calls of a few ops carry a few hundred bytes of them, not
+/// 100 KB, and every engine's calls share them.
 struct CommandBatch {
   std::vector<Command> commands;
 
   template <class Archive>
   void save(Archive& archive, unsigned) const {
+    // The same text object first (one pointer), then the same text.
+    std::unordered_map<const void*, std::uint32_t> byIdentity;
+    std::unordered_map<std::string_view, std::uint32_t> byText;
+    std::vector<std::string_view> texts;
+    auto place = [&](const SharedText& text) {
+      auto known = byIdentity.find(text.identity());
+      if (known != byIdentity.end()) return known->second;
+      auto [it, added] = byText.try_emplace(text.view(), static_cast<std::uint32_t>(texts.size()));
+      if (added) texts.push_back(text.view());
+      byIdentity.emplace(text.identity(), it->second);
+      return it->second;
+    };
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> places;
+    for (const Command& command : commands) {
+      if (const auto* call = std::get_if<Call>(&command))
+        places.emplace_back(place(call->blob), place(call->origin));
+    }
+    std::uint64_t textCount = texts.size();
+    archive << textCount;
+    for (std::string_view text : texts) {
+      std::string copy(text);
+      archive << copy;
+    }
     std::uint64_t count = commands.size();
     archive << count;
+    std::size_t call = 0;
     for (const Command& command : commands) {
       std::uint8_t index = static_cast<std::uint8_t>(command.index());
       archive << index;
+      if (const auto* c = std::get_if<Call>(&command)) {
+        c->saveShared(archive, places[call].first, places[call].second);
+        ++call;
+        continue;
+      }
       std::visit([&archive](const auto& alternative) { archive << alternative; }, command);
     }
   }
   template <class Archive>
   void load(Archive& archive, unsigned) {
+    std::uint64_t textCount = 0;
+    archive >> textCount;
+    std::vector<SharedText> texts;
+    for (std::uint64_t i = 0; i < textCount; ++i) {
+      std::string text;
+      archive >> text;  // a short archive throws before a huge count allocates
+      texts.emplace_back(std::move(text));
+    }
     std::uint64_t count = 0;
     archive >> count;
     commands.clear();
-    commands.reserve(count);
+    commands.reserve(std::min<std::uint64_t>(count, 1 << 16));
     for (std::uint64_t i = 0; i < count; ++i) {
       std::uint8_t index = 0;
       archive >> index;
       switch (index) {
-        case 0: commands.push_back(read<Call>(archive)); break;
+        case 0: {
+          Call c;
+          c.loadShared(archive, texts);
+          commands.push_back(std::move(c));
+          break;
+        }
         case 1: commands.push_back(read<Collective>(archive)); break;
         case 2: commands.push_back(read<Delete>(archive)); break;
         case 3: commands.push_back(read<SwitchStream>(archive)); break;

@@ -281,9 +281,48 @@ TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
   EXPECT_EQ(await.engine, 12u);
   EXPECT_EQ(await.batches, 34u);
   EXPECT_EQ(await.where.ranks(), (std::vector<std::size_t>{2, 3}));
-  std::string bytes = wire::toBytes(batch);
-  bytes[8] = 9;  // the first command's kind
+  CommandBatch deletes;
+  deletes.commands.push_back(Delete{{1}});
+  std::string bytes = wire::toBytes(deletes);
+  bytes[16] = 9;  // the first command's kind, after the counts of texts (none) and commands
   EXPECT_THROW(wire::fromBytes<CommandBatch>(bytes), ProtocolError);
+}
+
+TEST(CommandBatch, CallsCarryEachDistinctBlobAndOriginOnce) {
+  const std::string op(300, 'x');  // a recorded op's few hundred bytes
+  SharedText shared(op);
+  CommandBatch batch;
+  for (RefId r = 0; r < 100; ++r) {
+    // Half share one text object, half bring equal text of their own.
+    batch.commands.push_back(Call{"aten", {r}, {r + 1}, ScalarType::f32, {}, {},
+                                  r % 2 ? shared : SharedText(op), "loop.py:7"});
+  }
+  batch.commands.push_back(Call{"torch", {1}, {2}, ScalarType::f32, {}, {}, "other", "loop.py:9"});
+  batch.commands.push_back(Call{"fill", {}, {3}, ScalarType::f32, {}, {}, {}, {}});  // no texts
+  std::string bytes = wire::toBytes(batch);
+  EXPECT_LT(bytes.size(), 102 * 100 + 2 * op.size());  // ~90 bytes a call, and the op once
+  auto back = wire::fromBytes<CommandBatch>(bytes);
+  ASSERT_EQ(back.commands.size(), 102u);
+  const auto& first = std::get<Call>(back.commands[0]);
+  for (RefId r = 0; r < 100; ++r) {
+    const auto& call = std::get<Call>(back.commands[r]);
+    EXPECT_EQ(call.inputs, (std::vector<RefId>{r}));
+    EXPECT_EQ(call.blob, op);
+    EXPECT_EQ(call.origin, "loop.py:7");
+    EXPECT_EQ(call.blob.identity(), first.blob.identity());  // one text, shared on arrival
+  }
+  EXPECT_EQ(std::get<Call>(back.commands[100]).blob, "other");
+  EXPECT_EQ(std::get<Call>(back.commands[100]).origin, "loop.py:9");
+  EXPECT_TRUE(std::get<Call>(back.commands[101]).blob.empty());
+  EXPECT_TRUE(std::get<Call>(back.commands[101]).origin.empty());
+
+  // A call naming a text the batch does not have is a protocol error, not a crash.
+  CommandBatch one;
+  one.commands.push_back(Call{"aten", {}, {1}, ScalarType::f32, {}, {}, "op", "a.py:1"});
+  std::string tampered = wire::toBytes(one);
+  std::size_t originIndex = tampered.size() - sizeof(std::uint32_t);  // the call's last field
+  tampered[originIndex] = 7;
+  EXPECT_THROW(wire::fromBytes<CommandBatch>(tampered), ProtocolError);
 }
 
 }  // namespace
