@@ -89,7 +89,7 @@ void Engine::Impl::call(const Call& c, Stream& s) {
                                           c.origin.str()));
     }
     if (auto* poison = std::get_if<RefTable::Poison>(&*value)) return poisonAll(c.results, *poison);
-    inputs.push_back(std::get<LocalTensor>(*value));
+    inputs.push_back(std::get<LocalTensor>(std::move(*value)));
   }
   Kernel kernel = findKernel(c.kernel);
   if (!kernel) {
@@ -107,7 +107,7 @@ void Engine::Impl::call(const Call& c, Stream& s) {
       throw Error("it returned " + std::to_string(outputs.size()) + " tensors for " +
                   std::to_string(c.results.size()) + " results");
     }
-    for (std::size_t i = 0; i < outputs.size(); ++i) refs.define(c.results[i], outputs[i]);
+    for (std::size_t i = 0; i < outputs.size(); ++i) refs.define(c.results[i], std::move(outputs[i]));
   } catch (const KernelError& e) {
     poisonAll(c.results,
               failure(e.op().empty() ? c.kernel : e.op(), e.what(), c.origin.str(), e.traceback()));
