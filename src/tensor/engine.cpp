@@ -45,11 +45,12 @@ Engine::Impl::Stream& Engine::Impl::stream(StreamId id) {
 
 // Consecutive calls of a kernel with a guard go to their stream as one
 // task, run under one guard (kernel.h: Python's GIL, taken once).
-void Engine::Impl::dispatchBatch(const std::vector<Command>& commands) {
+void Engine::Impl::dispatchBatch(std::vector<Command>&& commands) {
   for (std::size_t i = 0; i < commands.size();) {
     if (std::size_t fused = detail::Collectives::fusable(commands, i); fused > 1) {
       std::vector<Collective> run;
-      for (std::size_t end = i + fused; i < end; ++i) run.push_back(std::get<Collective>(commands[i]));
+      for (std::size_t end = i + fused; i < end; ++i)
+        run.push_back(std::move(std::get<Collective>(commands[i])));
       Stream& s = stream(current);
       s.thread.post([this, &s, run = std::move(run)] { runFused(run, s); });
       continue;
@@ -60,11 +61,12 @@ void Engine::Impl::dispatchBatch(const std::vector<Command>& commands) {
       dispatch(commands[i++]);
       continue;
     }
+    const std::string kernel = call->kernel;
     std::vector<Call> run;
     for (; i < commands.size(); ++i) {
-      const auto* next = std::get_if<Call>(&commands[i]);
-      if (!next || next->kernel != call->kernel) break;
-      run.push_back(*next);
+      auto* next = std::get_if<Call>(&commands[i]);
+      if (!next || next->kernel != kernel) break;
+      run.push_back(std::move(*next));
     }
     Stream& s = stream(current);
     s.thread.post([this, &s, guard = std::move(guard), run = std::move(run)] {
@@ -243,14 +245,14 @@ Engines& engines() {
 Engine::Engine(std::uint64_t seed) {
   detail::registerNativeKernels();
   impl_ = std::make_unique<Impl>(Proc::current(), mesh::here(), seed);
-  handle<CommandBatch>([this](const CommandBatch& batch) {
+  handle<CommandBatch>([this](CommandBatch&& batch) {
     if (!registered_) {  // the id is set before the first handler runs, not in the constructor
       std::lock_guard lock(engines().mutex);
       engines().byId[{id().rank, id().local}] = this;
       registered_ = true;
       engines().added.notify_all();
     }
-    impl_->dispatchBatch(batch.commands);
+    impl_->dispatchBatch(std::move(batch.commands));
     std::uint64_t number = 0;
     {
       std::lock_guard lock(impl_->batchMutex);

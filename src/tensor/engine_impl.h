@@ -60,7 +60,7 @@ struct Engine::Impl {
   // Consecutive calls of a kernel with a guard go to their stream as one
   // task, run under one guard (kernel.h: Python's GIL, taken once); small
   // allreduces in a row, as one (Collectives::fusable).
-  void dispatchBatch(const std::vector<Command>& commands);
+  void dispatchBatch(std::vector<Command>&& commands);
   void dispatch(const Command& command);
   void borrow(const Borrow& b);
   void giveBack(const ReturnBorrow& r);

@@ -64,12 +64,13 @@ class Actor {
   void handle(Fn fn) {
     handlers_[wire::messageName<Msg>()] = [fn = std::move(fn)](const wire::Bytes& in) mutable {
       Msg message = wire::fromBytes<Msg>(in);
-      using R = std::decay_t<std::invoke_result_t<Fn&, const Msg&>>;
+      // Handed over as an rvalue: a handler taking Msg&& may keep its parts.
+      using R = std::decay_t<std::invoke_result_t<Fn&, Msg&&>>;
       if constexpr (std::is_void_v<R>) {
-        fn(message);
+        fn(std::move(message));
         return detail::HandlerResult{wire::messageName<detail::Unit>(), {}};
       } else {
-        return detail::HandlerResult{wire::messageName<R>(), wire::toBytes(fn(message))};
+        return detail::HandlerResult{wire::messageName<R>(), wire::toBytes(fn(std::move(message)))};
       }
     };
   }
