@@ -31,6 +31,89 @@ namespace {
 using tensor::RefId;
 using tensor::TensorClient;
 
+// Interned attribute names.
+struct Names {
+  PyObject *ref, *stream, *lentMutably, *known, *meta, *mesh, *location, *backend, *dead,
+      *deleteBatch, *client, *sendDeletes, *record, *streamId, *id, *active, *noMeshDepth,
+      *streamNow, *newRef, *startswith;
+};
+Names names;
+
+// _mesh._location's answers: file:line of the innermost frame outside torch
+// and crown. Kept by code object (held: its address names it alone) and
+// instruction, not in _mesh's dicts, whose keys hash the code object's
+// contents on every lookup.
+class Places {
+ public:
+  py::object internalPrefix;  // _mesh._INTERNAL: a tuple of directory prefixes
+
+  /// The place of the running frame; null with a Python error set.
+  py::object here() {
+    PyFrameObject* frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    while (frame != nullptr) {
+      PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));
+      Py_DECREF(code);  // the frame holds it
+      Code* known = lookUp(code);
+      if (known == nullptr) break;
+      if (!known->internal) {
+        py::object place = known->place(frame);
+        Py_DECREF(frame);
+        return place;
+      }
+      PyFrameObject* back = PyFrame_GetBack(frame);
+      Py_DECREF(frame);
+      frame = back;
+    }
+    Py_XDECREF(frame);
+    if (PyErr_Occurred()) return py::object();
+    return py::str("<unknown>");
+  }
+
+ private:
+  struct Code {
+    py::object code;
+    bool internal = false;  // inside torch or crown.tensor (_mesh._INTERNAL)
+    std::unordered_map<int, py::object> byInstruction;
+
+    py::object place(PyFrameObject* frame) {
+      int instruction = lastInstruction(frame);
+      auto it = byInstruction.find(instruction);
+      if (it != byInstruction.end()) return it->second;
+      py::object made = py::reinterpret_steal<py::object>(PyUnicode_FromFormat(
+          "%U:%d", code.attr("co_filename").ptr(), PyFrame_GetLineNumber(frame)));
+      if (made) byInstruction.emplace(instruction, made);
+      return made;
+    }
+  };
+
+  static int lastInstruction(PyFrameObject* frame) {
+#if PY_VERSION_HEX >= 0x030B0000
+    return PyFrame_GetLasti(frame);
+#else
+    return frame->f_lasti;
+#endif
+  }
+
+  Code* lookUp(PyObject* code) {
+    auto it = codes_.find(code);
+    if (it != codes_.end()) return &it->second;
+    py::object file = py::reinterpret_borrow<py::object>(code).attr("co_filename");
+    int internal = PyObject_IsTrue(py::reinterpret_steal<py::object>(
+        PyObject_CallMethodOneArg(file.ptr(), names.startswith, internalPrefix.ptr()))
+        .ptr());
+    if (internal < 0) return nullptr;
+    if (codes_.size() >= kLimit) codes_.clear();
+    Code& added = codes_[code];
+    added.code = py::reinterpret_borrow<py::object>(code);
+    added.internal = internal != 0;
+    return &added;
+  }
+
+  static constexpr std::size_t kLimit = 4096;
+  std::unordered_map<PyObject*, Code> codes_;
+};
+
 // The engines' texts of the ops and places recorded here, one SharedText
 // per Python object (held: its address names it alone). A loop records a
 // few: each Call shares them instead of copying a few hundred bytes, and
@@ -71,27 +154,16 @@ struct State {
   py::object tfCache;         // _op_cache._tf_cache: func -> key -> _TfEntry or None
   py::object slowPath;        // _op_cache.torch_function
   py::object attributeRead;   // the type of a getset's __get__ (t.grad)
-  py::object internalCode;    // _mesh._internal_code: code -> inside torch or crown
-  py::object places;          // _mesh._places: (code, instruction) -> "file:line"
-  py::object internalPrefix;  // _mesh._INTERNAL: a tuple of directory prefixes
-  Py_ssize_t placesLimit = 0;
   py::object makeWrapper;     // torch.Tensor._make_wrapper_subclass
   py::object wrapperKwnames;  // its keyword arguments, in the order they are passed
   py::object contiguousKwnames;  // the same for a contiguous tensor at offset 0
   py::object callType;        // crown.tensor._commands.Call (other backends than the engines)
   py::object engineBackend;   // crown.tensor._engine.EngineBackend
   TextCache texts;
+  Places places;
 };
 State* state = nullptr;
 std::atomic<std::uint64_t> hits{0};
-
-// Interned attribute names.
-struct Names {
-  PyObject *ref, *stream, *lentMutably, *known, *meta, *mesh, *location, *backend, *dead,
-      *deleteBatch, *client, *sendDeletes, *record, *streamId, *id, *active, *noMeshDepth,
-      *streamNow, *newRef, *startswith;
-};
-Names names;
 
 PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
 
@@ -191,58 +263,6 @@ struct KeyBuilder {
     return Step::ok;
   }
 };
-
-// frame.f_lasti, as Python shows it (a byte offset).
-py::object lastInstruction(PyFrameObject* frame) {
-#if PY_VERSION_HEX >= 0x030B0000
-  return py::int_(PyFrame_GetLasti(frame));
-#else
-  return py::handle(reinterpret_cast<PyObject*>(frame)).attr("f_lasti");
-#endif
-}
-
-// _mesh._location: file:line of the innermost frame outside torch and crown.
-py::object location() {
-  PyFrameObject* frame = PyEval_GetFrame();
-  Py_XINCREF(frame);
-  while (frame != nullptr) {
-    auto code = py::reinterpret_steal<py::object>(
-        reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
-    PyObject* internal = PyDict_GetItemWithError(state->internalCode.ptr(), code.ptr());
-    if (internal == nullptr) {
-      if (PyErr_Occurred()) break;
-      py::object file = code.attr("co_filename");
-      internal = PyObject_CallMethodOneArg(file.ptr(), names.startswith, state->internalPrefix.ptr());
-      if (internal == nullptr) break;
-      int set = PyDict_SetItem(state->internalCode.ptr(), code.ptr(), internal);
-      Py_DECREF(internal);  // the dict holds it (True or False, immortal enough)
-      if (set < 0) break;
-    }
-    if (internal == Py_False) {
-      py::object key = py::make_tuple(code, lastInstruction(frame));
-      PyObject* place = PyDict_GetItemWithError(state->places.ptr(), key.ptr());
-      if (place != nullptr) {
-        Py_DECREF(frame);
-        return py::reinterpret_borrow<py::object>(place);
-      }
-      if (PyErr_Occurred()) break;
-      if (PyDict_GET_SIZE(state->places.ptr()) >= state->placesLimit)
-        PyDict_Clear(state->places.ptr());
-      py::object made = py::reinterpret_steal<py::object>(PyUnicode_FromFormat(
-          "%U:%d", code.attr("co_filename").ptr(), PyFrame_GetLineNumber(frame)));
-      Py_DECREF(frame);
-      if (!made || PyDict_SetItem(state->places.ptr(), key.ptr(), made.ptr()) < 0)
-        return py::object();
-      return made;
-    }
-    PyFrameObject* back = PyFrame_GetBack(frame);
-    Py_DECREF(frame);
-    frame = back;
-  }
-  Py_XDECREF(frame);
-  if (PyErr_Occurred()) return py::object();
-  return py::str("<unknown>");
-}
 
 TensorClient* engineClient(PyObject* backend) {
   py::object client = py::reinterpret_steal<py::object>(PyObject_GetAttr(backend, names.client));
@@ -377,7 +397,7 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
                        ? py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(refId))
                        : py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(backend, names.newRef));
   if (!ref) return Step::error;
-  py::object place = location();
+  py::object place = state->places.here();
   if (!place) return Step::error;
   out = makeTensor(meta, mesh, ref.ptr(), place.ptr(), streamNow);
   if (!out) return Step::error;
@@ -493,10 +513,7 @@ void bindTensorFastRecord(py::module_& m) {
         s->tfCache = objects["tf_cache"];
         s->slowPath = objects["slow_path"];
         s->attributeRead = objects["attribute_read"];
-        s->internalCode = objects["internal_code"];
-        s->places = objects["places"];
-        s->internalPrefix = objects["internal_prefix"];
-        s->placesLimit = objects["places_limit"].cast<Py_ssize_t>();
+        s->places.internalPrefix = objects["internal_prefix"];
         s->makeWrapper = objects["make_wrapper"];
         // requires_grad: False by default, as Tensor.__new__ passes it.
         s->wrapperKwnames = py::make_tuple("strides", "storage_offset", "dtype", "device");

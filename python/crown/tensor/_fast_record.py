@@ -24,8 +24,7 @@ def install() -> bool:
         "tensor": _record.Tensor, "torch_tensor": torch.Tensor, "mesh_module": _mesh,
         "main_stream": _mesh.MAIN_STREAM, "tf_cache": _op_cache._tf_cache,
         "slow_path": _op_cache.torch_function, "attribute_read": _op_cache._ATTRIBUTE_READ,
-        "internal_code": _mesh._internal_code, "places": _mesh._places,
-        "internal_prefix": _mesh._INTERNAL, "places_limit": _mesh._PLACES_LIMIT,
+        "internal_prefix": _mesh._INTERNAL,
         "make_wrapper": torch.Tensor._make_wrapper_subclass, "call": _commands.Call,
         "engine_backend": _engine.EngineBackend})
     _record.Tensor.__torch_function__ = _crown.tensor_torch_function
