@@ -13,7 +13,11 @@
 // Threads: the recording thread, with the GIL, like the Python it replaces.
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -114,6 +118,61 @@ class Places {
   std::unordered_map<PyObject*, Code> codes_;
 };
 
+// What names an op's cached entry without the Python key: the function,
+// and per argument a tag and two words (a mesh tensor: its slot and its
+// metadata object; a number: its type and bits).
+struct CompactKey {
+  static constexpr std::size_t kMaxArguments = 6;
+  std::array<std::uint64_t, 1 + 3 * kMaxArguments> words{};
+  std::size_t size = 0;
+
+  void push(std::uint64_t word) { words[size++] = word; }
+  void push(std::uint64_t tag, std::uint64_t a, std::uint64_t b) {
+    push(tag);
+    push(a);
+    push(b);
+  }
+  bool operator==(const CompactKey& other) const {
+    return size == other.size && std::equal(words.begin(), words.begin() + size, other.words.begin());
+  }
+  struct Hash {
+    std::size_t operator()(const CompactKey& key) const {
+      std::uint64_t h = 0xcbf29ce484222325ULL;
+      for (std::size_t i = 0; i < key.size; ++i) h = (h ^ key.words[i]) * 0x100000001b3ULL;
+      return static_cast<std::size_t>(h);
+    }
+  };
+};
+
+// _op_cache._tf_cache's entries, by compact key: a loop's op finds its entry
+// without building its key's tuples and hashing them. A hit's output shares
+// its entry's metadata object, so a loop's tensors name a few. Holds what
+// the keys name by address (the function, the metadata), so no address is
+// reused while it is a key. Entries are what the Python cache learnt for the
+// same arguments (the same blob for the same function, metadata and numbers).
+class EntryMemo {
+ public:
+  PyObject* find(const CompactKey& key) const {
+    auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : it->second.entry.ptr();
+  }
+  void add(const CompactKey& key, PyObject* entry, PyObject* func,
+           const std::vector<PyObject*>& metas) {
+    if (entries_.size() >= kLimit) entries_.clear();
+    Held held{py::reinterpret_borrow<py::object>(entry), {py::reinterpret_borrow<py::object>(func)}};
+    for (PyObject* meta : metas) held.keep.push_back(py::reinterpret_borrow<py::object>(meta));
+    entries_.emplace(key, std::move(held));
+  }
+
+ private:
+  struct Held {
+    py::object entry;
+    std::vector<py::object> keep;
+  };
+  static constexpr std::size_t kLimit = 4096;
+  std::unordered_map<CompactKey, Held, CompactKey::Hash> entries_;
+};
+
 // The engines' texts of the ops and places recorded here, one SharedText
 // per Python object (held: its address names it alone). A loop records a
 // few: each Call shares them instead of copying a few hundred bytes, and
@@ -161,6 +220,7 @@ struct State {
   py::object engineBackend;   // crown.tensor._engine.EngineBackend
   TextCache texts;
   Places places;
+  EntryMemo memo;
 };
 State* state = nullptr;
 std::atomic<std::uint64_t> hits{0};
@@ -207,11 +267,27 @@ struct KeyBuilder {
     if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(state->torchTensor.ptr())) ||
         PyDict_Check(v))
       return Step::slow;
+    if (t == &PyFloat_Type && PyFloat_AS_DOUBLE(v) == 0.0) {  // -0.0 == 0.0, and their ops differ
+      out = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(t)), py::handle(v),
+                           std::copysign(1.0, PyFloat_AS_DOUBLE(v)));
+      return Step::ok;
+    }
     out = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(t)), py::handle(v));
     return Step::ok;
   }
 
   Step tensorKey(PyObject* v, py::object& out) {
+    std::size_t slot = 0;
+    PyObject* meta = nullptr;
+    if (Step s = tensor(v, slot, meta); s != Step::ok) return s;
+    out = py::make_tuple(py::int_(slot), py::handle(meta));
+    return Step::ok;
+  }
+
+  // A mesh tensor argument: its slot among the op's tensors (by ref, first
+  // appearance first) and its metadata; slow for what the hit path must not
+  // take (dropped, another stream, lent mutably, a value the controller knows).
+  Step tensor(PyObject* v, std::size_t& slot, PyObject*& meta) {
     py::object dict = dictOf(v);
     if (!dict) return Step::error;
     PyObject* ref = PyDict_GetItemWithError(dict.ptr(), names.ref);
@@ -221,18 +297,64 @@ struct KeyBuilder {
     int lentMutably = PyObject_IsTrue(lent);
     if (lentMutably != 0) return lentMutably < 0 ? Step::error : Step::slow;
     if (own(dict.ptr(), names.known, Py_None) != Py_None) return Step::slow;
-    PyObject* meta = PyDict_GetItemWithError(dict.ptr(), names.meta);
+    meta = PyDict_GetItemWithError(dict.ptr(), names.meta);
     if (meta == nullptr) return PyErr_Occurred() ? Step::error : Step::slow;
     RefId id = PyLong_AsUnsignedLongLong(ref);
     if (PyErr_Occurred()) return Step::error;
-    std::size_t slot = 0;
+    slot = 0;
     while (slot < refs.size() && refs[slot] != id) ++slot;
     if (slot == refs.size()) {
       refs.push_back(id);
       inputs.push_back(ref);
       wrappers.push_back(v);
     }
-    out = py::make_tuple(py::int_(slot), py::handle(meta));
+    return Step::ok;
+  }
+
+  void reset() {
+    wrappers.clear();
+    inputs.clear();
+    refs.clear();
+  }
+
+  // The compact key of func's positional arguments (EntryMemo), when each is
+  // a mesh tensor, a float, an int that fits, a bool or None; `supported`
+  // false otherwise (the Python key decides). Its tensors are checked and
+  // slotted as for the Python key.
+  Step compact(PyObject* func, PyObject* args, CompactKey& key, std::vector<PyObject*>& metas,
+               bool& supported) {
+    supported = false;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (static_cast<std::size_t>(n) > CompactKey::kMaxArguments) return Step::ok;
+    key.push(reinterpret_cast<std::uintptr_t>(func));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* v = PyTuple_GET_ITEM(args, i);
+      PyTypeObject* t = Py_TYPE(v);
+      if (reinterpret_cast<PyObject*>(t) == state->tensorType.ptr()) {
+        std::size_t slot = 0;
+        PyObject* meta = nullptr;
+        if (Step s = tensor(v, slot, meta); s != Step::ok) return s;
+        key.push(1, slot, reinterpret_cast<std::uintptr_t>(meta));
+        metas.push_back(meta);
+      } else if (t == &PyFloat_Type) {
+        double value = PyFloat_AS_DOUBLE(v);
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, &value, sizeof bits);
+        key.push(2, bits, 0);
+      } else if (t == &PyBool_Type) {
+        key.push(3, v == Py_True, 0);
+      } else if (t == &PyLong_Type) {
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow != 0) return Step::ok;
+        key.push(4, static_cast<std::uint64_t>(value), 0);
+      } else if (v == Py_None) {
+        key.push(5, 0, 0);
+      } else {
+        return Step::ok;
+      }
+    }
+    supported = true;
     return Step::ok;
   }
 
@@ -341,8 +463,27 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
   if (!PyTuple_Check(args) || (kwargs != nullptr && !PyDict_Check(kwargs))) return Step::slow;
 
   KeyBuilder keys{streamNow, {}, {}, {}};
-  py::object key;
-  if (Step s = keys.arguments(args, kwargs, key); s != Step::ok) return s;
+  CompactKey compact;
+  std::vector<PyObject*> metas;
+  bool compactKnown = false;
+  if (kwargs == nullptr || PyDict_GET_SIZE(kwargs) == 0) {
+    if (Step s = keys.compact(func, args, compact, metas, compactKnown); s != Step::ok) return s;
+  }
+  PyObject* entry = compactKnown ? state->memo.find(compact) : nullptr;
+  if (entry == nullptr) {
+    keys.reset();
+    py::object key;
+    if (Step s = keys.arguments(args, kwargs, key); s != Step::ok) return s;
+    PyObject* table = PyDict_GetItemWithError(state->tfCache.ptr(), func);
+    if (table == nullptr) return PyErr_Occurred() ? Step::error : Step::slow;
+    entry = PyDict_GetItemWithError(table, key.ptr());
+    if (entry == nullptr) {
+      PyErr_Clear();  // not learnt yet, or a constant that does not hash (a slice)
+      return Step::slow;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) return Step::slow;  // None: always slow
+    if (compactKnown) state->memo.add(compact, entry, func, metas);
+  }
   if (keys.wrappers.empty()) return Step::slow;
   PyObject* mesh = PyList_GET_ITEM(active, PyList_GET_SIZE(active) - 1);
   for (PyObject* w : keys.wrappers) {
@@ -355,14 +496,7 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
     for (PyObject* w : keys.wrappers)
       if (state->torch->requiresGrad(w) != 0) return Step::slow;  // autograd records it
 
-  PyObject* table = PyDict_GetItemWithError(state->tfCache.ptr(), func);
-  if (table == nullptr) return PyErr_Occurred() ? Step::error : Step::slow;
-  PyObject* entry = PyDict_GetItemWithError(table, key.ptr());
-  if (entry == nullptr) {
-    PyErr_Clear();  // not learnt yet, or a constant that does not hash (a slice)
-    return Step::slow;
-  }
-  if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) return Step::slow;  // None: always slow
+  py::object keepEntry = py::reinterpret_borrow<py::object>(entry);  // the memo may be cleared below
   PyObject* blob = PyTuple_GET_ITEM(entry, 0);
   PyObject* meta = PyTuple_GET_ITEM(entry, 1);
   PyObject* perm = PyTuple_GET_ITEM(entry, 2);

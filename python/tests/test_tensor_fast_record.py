@@ -119,3 +119,16 @@ def test_what_it_does_not_take_goes_the_python_way():
             z[0:2]  # a slice does not hash: the Python path, every time
         assert hits() - before == 2
     np.testing.assert_allclose(inspect(z).numpy(), [3.0] * 3)
+
+
+@pytest.mark.parametrize("path", ["c++", "python"])
+def test_minus_zero_is_a_constant_of_its_own(path, request):
+    if path == "python":
+        request.getfixturevalue("python_path")
+    mesh = Mesh(LocalBackend({"procs": 2}))
+    with mesh.activate():
+        z = torch.ones(2)
+        for _ in range(2):
+            plus, minus = z * 0.0, z * -0.0  # equal as keys of a dict, not as ops
+    assert torch.copysign(torch.ones(2), inspect(plus)).tolist() == [1.0, 1.0]
+    assert torch.copysign(torch.ones(2), inspect(minus)).tolist() == [-1.0, -1.0]

@@ -6,6 +6,7 @@ where every op inside activate() arrives (_mesh._MeshMode)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
@@ -87,6 +88,8 @@ def _key(v, inputs: List[int], wrappers: List[_record.Tensor], slot: Dict[int, i
         return (t, tuple([_key(x, inputs, wrappers, slot) for x in v]))
     if isinstance(v, (torch.Tensor, dict)):
         raise _Slow  # a local tensor
+    if t is float and v == 0.0:
+        return (t, v, math.copysign(1.0, v))  # -0.0 == 0.0, and their ops differ
     return (t, v)
 
 
