@@ -11,7 +11,8 @@ tensors). The form is JSON: {"op", "overload", "args", "kwargs", "picks"},
 with {"input": k} for the Call's input k, {"dtype": "float32"},
 {"device": "cpu"}, {"layout": "strided"}, {"memory_format": name}.
 
-CROWN_TENSOR_NATIVE=0 turns it off (every op runs in Python, as before);
+CROWN_TENSOR_NATIVE=0 turns it off (every op runs in Python, as before,
+and the controller records in Python: _fast_record.py);
 so does a torch other than the one crown._aten was built against (a pip
 torch in a virtual environment), whose libraries must not meet _aten's.
 """
