@@ -8,7 +8,8 @@ in eager torch on one process:
 Prints µs per op and the ratios to eager. Goals (issue 11): at most 5 µs
 per op at the controller, and to completion within 2x of eager torch.
 
-Run (from the repository root):
+Run (from the repository root; with 2 ranks or fewer add --bind-to none, or
+mpirun binds each rank, its engine and crown's threads to one core):
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=build/python \
     mpirun --oversubscribe -n 4 -x PYTHONPATH /usr/bin/python3 bench/tensor_dispatch.py \
     [results dir or file.json]
@@ -64,7 +65,12 @@ def main():
     runs = [on_mesh(procs) for _ in range(RUNS)]
     record_t = statistics.median(r[0] for r in runs)
     done_t = statistics.median(r[1] for r in runs)
-    print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs")
+    cpus = sorted(os.sched_getaffinity(0))
+    print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs; "
+          f"the controller may run on CPUs {cpus} of {os.cpu_count()}")
+    if len(cpus) == 1 and (os.cpu_count() or 1) > 1:
+        print("  (bound to one core, which its engine and crown's threads share: mpirun binds "
+              "each of 2 ranks or fewer to a core; crownrun and --bind-to none do not)")
     print(f"  eager torch, one process:  {eager_t * 1e6:7.2f} µs/op")
     print(f"  crown, at the controller:  {record_t * 1e6:7.2f} µs/op ({record_t / eager_t:.2f}x eager)")
     print(f"  crown, to completion:      {done_t * 1e6:7.2f} µs/op ({done_t / eager_t:.2f}x eager)")
@@ -74,6 +80,7 @@ def main():
         out = os.path.join(out, BENCH + ".json")
     with open(out, "w") as f:
         json.dump({"bench": BENCH, "ranks": len(procs), "ops": OPS, "host": platform.node(),
+                   "controller_cpus": cpus,
                    "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
                    "controller_us": record_t * 1e6, "completion_us": done_t * 1e6}, f, indent=1)
     print(f"results: {out}")

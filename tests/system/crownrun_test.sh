@@ -36,6 +36,14 @@ check "CROWN_* settings reach every rank" 0 "crown r2 debug\] bootstrap done" --
 check "dry run prints the launch command" 0 "^mpirun -n 6 --enable-recovery.*--oversubscribe.*-x CROWN_LOG_LEVEL.*mesh_cast prog" -- \
   env CROWN_LOG_LEVEL=info "$crownrun" -n 6 --dry-run --oversubscribe "$build_dir/examples/mesh_cast" prog
 check "hosts are passed on" 0 "-H a.?,b" -- "$crownrun" -n 2 --hosts a,b --dry-run true
+check "2 ranks are not bound to a core each" 0 "^mpirun -n 2 .*--bind-to none" -- \
+  "$crownrun" -n 2 --dry-run true
+check "more ranks keep Open MPI's binding" 0 "^mpirun -n 3 --enable-recovery( --allow-run-as-root)?( --oversubscribe)? -x" -- \
+  "$crownrun" -n 3 --dry-run true
+check "a binding asked for is passed on" 0 "^mpirun -n 2 .*--bind-to core " -- \
+  "$crownrun" -n 2 --bind-to core --dry-run true
+check "2 ranks unbound run their threads on any core" 0 "mesh_cast done on 2 ranks" -- \
+  "$crownrun" -n 2 "$build_dir/examples/mesh_cast"
 check "no rank count" 2 "say how many ranks" -- "$crownrun" true
 check "N below 1" 2 "must be at least 1" -- "$crownrun" -n 0 true
 check "program not found" 2 "program not found on PATH: no-such-program" -- \
