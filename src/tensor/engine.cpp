@@ -71,9 +71,10 @@ void Engine::Impl::dispatchBatch(std::vector<Command>&& commands) {
     Stream& s = stream(current);
     s.thread.post([this, &s, guard = std::move(guard), run = std::move(run)] {
       auto held = guard();
+      Kernel kernel = findKernel(run.front().kernel);  // one lookup for the run
       for (const Call& c : run) {
         ++ran;
-        this->call(c, s);
+        this->call(c, s, kernel ? &kernel : nullptr);
       }
     });
   }

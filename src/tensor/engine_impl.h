@@ -110,7 +110,8 @@ struct Engine::Impl {
   void run(const Command& command, Stream& s);
   void runFused(const std::vector<Collective>& commands, Stream& s);
   void transfer(const Transfer& t);
-  void call(const Call& c, Stream& s);
+  /// `kernel`: c.kernel's, when the caller looked it up (once for a run of calls).
+  void call(const Call& c, Stream& s, const Kernel* kernel = nullptr);
 
   // --- reads, after drainAll() ----------------------------------------------------
 

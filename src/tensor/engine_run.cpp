@@ -74,7 +74,7 @@ void Engine::Impl::transfer(const Transfer& t) {
   }
 }
 
-void Engine::Impl::call(const Call& c, Stream& s) {
+void Engine::Impl::call(const Call& c, Stream& s, const Kernel* known) {
   trace::Span span;
   if (trace::on()) [[unlikely]]
     span.begin("tensor", c.kernel);
@@ -91,7 +91,9 @@ void Engine::Impl::call(const Call& c, Stream& s) {
     if (auto* poison = std::get_if<RefTable::Poison>(&*value)) return poisonAll(c.results, *poison);
     inputs.push_back(std::get<LocalTensor>(std::move(*value)));
   }
-  Kernel kernel = findKernel(c.kernel);
+  Kernel found;
+  if (known == nullptr) found = findKernel(c.kernel);
+  const Kernel& kernel = known != nullptr ? *known : found;
   if (!kernel) {
     std::string known;
     for (const auto& name : kernelNames()) known += (known.empty() ? "" : ", ") + name;

@@ -221,7 +221,13 @@ PreparedOp::PreparedOp(std::string_view spec) {
 
 std::vector<tensor::LocalTensor> PreparedOp::run(
     const std::vector<tensor::LocalTensor>& inputs) const {
-  std::vector<c10::IValue> stack = arguments_;
+  // This thread's stack, its capacity kept from op to op (no allocation per
+  // call); emptied on the way out, so that it holds no shard for later.
+  thread_local std::vector<c10::IValue> stack;
+  stack.assign(arguments_.begin(), arguments_.end());
+  struct Emptied {
+    ~Emptied() { stack.clear(); }
+  } emptied;
   auto shard = [&inputs](std::size_t k) {
     if (k >= inputs.size()) throw NotNative{};
     auto t = toAten(inputs[k]);
@@ -245,7 +251,8 @@ std::vector<tensor::LocalTensor> PreparedOp::run(
       stack[slots_.front().position].toTensor().scalar_type() == at::kFloat)
     for (const auto& [position, number] : float32Numbers_) stack[position] = number;
   op_->callBoxed(stack);
-  std::vector<const at::Tensor*> flat;  // the outputs in torch.utils._pytree order
+  thread_local std::vector<const at::Tensor*> flat;  // the outputs in torch.utils._pytree order
+  flat.clear();
   for (const c10::IValue& out : stack) {
     if (out.isTensor()) {
       flat.push_back(&out.toTensor());
