@@ -179,7 +179,7 @@ def _fast(info: _OpInfo, args, kwargs):
 _captured: Optional[List[Any]] = None  # what dispatch records while a miss is learnt
 _disabled = torch._C._disabled_torch_function_impl
 _no_torch_function = torch._C.DisableTorchFunction
-_tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> (_Entry, perm) or None (slow)
+_tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> _TfEntry, or None (always slow)
 
 
 class _TfEntry(NamedTuple):
