@@ -265,6 +265,8 @@ void appendOrFlush(TensorClient& client, Command command) {
   client.flush();
 }
 
+const NativeTorch* installedNativeTorch() { return nativeTorch.load(); }
+
 void bindTensor(py::module_& m) {
   py::class_<TensorFetch>(m, "TensorFetch")
       .def("get", &TensorFetch::get, py::arg("timeout") = py::none())

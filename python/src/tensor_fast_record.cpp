@@ -84,6 +84,7 @@ py::object dictOf(PyObject* object) {
 
 // _op_cache._arguments_key, for one value.
 struct KeyBuilder {
+  PyObject* mesh;                      // the active one; borrowed
   PyObject* streamNow;                 // borrowed
   std::vector<PyObject*> wrappers;     // borrowed: the arguments hold them
   std::vector<PyObject*> inputs;       // borrowed refs (ints), by first appearance
@@ -128,12 +129,15 @@ struct KeyBuilder {
 
   // A mesh tensor argument: its slot among the op's tensors (by ref, first
   // appearance first) and its metadata; slow for what the hit path must not
-  // take (dropped, another stream, lent mutably, a value the controller knows).
+  // take (dropped, another mesh than the active one, another stream, lent
+  // mutably, a value the controller knows).
   Step tensor(PyObject* v, std::size_t& slot, PyObject*& meta) {
     py::object dict = dictOf(v);
     if (!dict) return Step::error;
     PyObject* ref = PyDict_GetItemWithError(dict.ptr(), names.ref);
     if (ref == nullptr || ref == Py_None) return PyErr_Occurred() ? Step::error : Step::slow;
+    if (PyDict_GetItemWithError(dict.ptr(), names.mesh) != mesh)
+      return PyErr_Occurred() ? Step::error : Step::slow;
     if (own(dict.ptr(), names.stream, state->mainStream.ptr()) != streamNow) return Step::slow;
     PyObject* lent = own(dict.ptr(), names.lentMutably, Py_False);
     int lentMutably = PyObject_IsTrue(lent);
@@ -304,7 +308,8 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
     return Step::slow;
   if (!PyTuple_Check(args) || (kwargs != nullptr && !PyDict_Check(kwargs))) return Step::slow;
 
-  KeyBuilder keys{streamNow, {}, {}, {}};
+  PyObject* mesh = PyList_GET_ITEM(active, PyList_GET_SIZE(active) - 1);
+  KeyBuilder keys{mesh, streamNow, {}, {}, {}};
   CompactKey compact;
   std::vector<PyObject*> metas;
   bool compactKnown = false;
@@ -327,13 +332,6 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
     if (compactKnown) state->memo.add(compact, entry, func, metas);
   }
   if (keys.wrappers.empty()) return Step::slow;
-  PyObject* mesh = PyList_GET_ITEM(active, PyList_GET_SIZE(active) - 1);
-  for (PyObject* w : keys.wrappers) {
-    py::object dict = dictOf(w);
-    if (!dict) return Step::error;
-    if (PyDict_GetItemWithError(dict.ptr(), names.mesh) != mesh)
-      return PyErr_Occurred() ? Step::error : Step::slow;
-  }
   if (state->torch->gradEnabled())
     for (PyObject* w : keys.wrappers)
       if (state->torch->requiresGrad(w) != 0) return Step::slow;  // autograd records it
@@ -475,11 +473,10 @@ void bindTensorFastRecord(py::module_& m) {
                py::reinterpret_steal<py::object>(PyCFunction_New(&torchFunctionDef, nullptr)));
   m.def(
       "configure_tensor_fast_record",
-      [](py::capsule table, py::dict objects) {
-        auto* native = static_cast<const NativeTorch*>(table.get_pointer());
-        if (std::string_view(table.name()) != kNativeTorchCapsule ||
-            native->version != kNativeTorchVersion)
-          throw py::value_error("crown._aten is from another build of crown: rebuild both");
+      [](py::dict objects) {
+        const NativeTorch* native = installedNativeTorch();
+        if (native == nullptr)
+          throw py::value_error("crown._aten's table is not installed (install_native_torch)");
         auto* s = new State;
         s->torch = native;
         s->tensorType = objects["tensor"];
@@ -499,7 +496,7 @@ void bindTensorFastRecord(py::module_& m) {
         delete state;  // configured again (a test): the old one's objects go
         state = s;
       },
-      py::arg("native_torch"), py::arg("objects"),
+      py::arg("objects"),
       "Hands tensor_torch_function what it reads (crown.tensor._op_cache does, once).");
   m.def(
       "tensor_fast_record_hits", [] { return hits.load(); },

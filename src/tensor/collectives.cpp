@@ -171,18 +171,9 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
     }
   }
   // The agreement: the lowest member whose input failed, and the extremes of
-  // the element counts and types (as minima of x and -x).
-  constexpr std::int64_t kNone = INT64_MAX;
+  // the element counts and types.
   std::int64_t me = static_cast<std::int64_t>(proc_.rank());
-  std::int64_t facts[5] = {kNone, kNone, kNone, kNone, kNone};
-  if (local) {
-    facts[0] = me;
-  } else {
-    facts[1] = input.numel();
-    facts[2] = -input.numel();
-    facts[3] = static_cast<std::int64_t>(input.dtype());
-    facts[4] = -static_cast<std::int64_t>(input.dtype());
-  }
+  Facts agreed = facts(!local, input.numel(), input.dtype());
   MpiService& mpi = proc_.mpi();
   // A small CPU collective whose source the controller described moves its
   // data while the members agree: both are posted now, in this order on
@@ -209,23 +200,21 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
       local = fail("its input here is " + input.describe() + ", not the " + recorded +
                    " it was recorded as")
                   .failure;
-      facts[0] = me;
-      facts[1] = facts[2] = facts[3] = facts[4] = kNone;
+      agreed = facts(false, 0, input.dtype());
     }
     if (local) stand = LocalTensor::zeros(command.expectType, command.expectShape);
   }
   try {
-    Future<void> agreed = mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min);
+    Future<void> agreement =
+        mpi.allreduce(g->comm, agreed.data(), agreed.size(), DType::i64, ReduceOp::min);
     if (overlaps(command, g->size)) {
       if (!local && inPlace(command, input)) {
-        early = Posted{mpi.allreduce(g->comm, input.data(), static_cast<std::size_t>(input.numel()),
-                                     mpiType(input.dtype()), mpiReduce(command.reduction)),
-                       input, {}};
+        early = Posted{allreduceInPlace(*g, input, command.reduction), input, {}};
       } else {
         early = post(command, *g, local ? stand : input);
       }
     }
-    agreed.get();
+    agreement.get();
     if (early) early->done.get();
   } catch (const ProcessLost& e) {
     if (early) keep(std::move(*early), stand);
@@ -234,13 +223,13 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
     if (early) keep(std::move(*early), stand);
     return fail(std::string("the members could not agree: ") + e.what());
   }
-  if (facts[0] != kNone) {
+  if (agreed[0] != kNoFailure) {
     // The root cause, from the lowest member that has one, to the others.
-    Rank root = static_cast<Rank>(facts[0]);
+    Rank root = static_cast<Rank>(agreed[0]);
     auto index = static_cast<Rank>(std::find(g->members.begin(), g->members.end(), root) -
                                    g->members.begin());
     std::string cause(1024, '\0');
-    if (facts[0] == me) {
+    if (agreed[0] == me) {
       std::string text = local->describe();
       std::memcpy(cause.data(), text.data(), std::min(text.size(), cause.size() - 1));
     }
@@ -253,10 +242,10 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
     cause.resize(std::strlen(cause.c_str()));
     return fail("the input on rank " + std::to_string(root) + " failed: " + cause);
   }
-  if (facts[1] != -facts[2] || facts[3] != -facts[4]) {
-    return fail("the members' inputs differ: from " + std::to_string(facts[1]) + " to " +
-                std::to_string(-facts[2]) + " elements" +
-                (facts[3] != -facts[4] ? ", and of different types" : ""));
+  if (agreed[1] != -agreed[2] || agreed[3] != -agreed[4]) {
+    return fail("the members' inputs differ: from " + std::to_string(agreed[1]) + " to " +
+                std::to_string(-agreed[2]) + " elements" +
+                (agreed[3] != -agreed[4] ? ", and of different types" : ""));
   }
   try {
     if (early) return Outcome{finish(command, *g, input, std::move(early->out)), nullptr};
@@ -282,9 +271,7 @@ LocalTensor Collectives::move(const Collective& command, const Group& g, const L
   // In place when the command says so and the memory allows: then every
   // view of the source sees the result too, as torch's in-place ops do.
   if (inPlace(command, input)) {
-    mpi.allreduce(g.comm, input.data(), static_cast<std::size_t>(input.numel()),
-                  mpiType(input.dtype()), mpiReduce(command.reduction))
-        .get();
+    allreduceInPlace(g, input, command.reduction).get();
     LocalTensor result = input;  // the same memory
     if (command.reduction == Reduction::avg) divideBy(result, g.size);
     return result;
@@ -377,12 +364,28 @@ LocalTensor Collectives::finish(const Collective& command, const Group& g, const
   bool reduces =
       command.kind == CollectiveKind::allreduce || command.kind == CollectiveKind::reduceScatter;
   if (reduces && command.reduction == Reduction::avg) divideBy(out, g.size);
-  if (command.kind == CollectiveKind::allreduce && command.result == command.source) {
-    LocalTensor target = input;  // reduce_: the source's own memory, views and all
-    if (out.data() != target.data()) target.assign(out);  // unless it went there directly
-    return target;
-  }
+  if (command.kind == CollectiveKind::allreduce && command.result == command.source)
+    return intoSource(input, out);
   return out;
+}
+
+LocalTensor Collectives::intoSource(const LocalTensor& source, const LocalTensor& result) {
+  LocalTensor target = source;
+  if (result.data() != target.data()) target.assign(result);
+  return target;
+}
+
+Collectives::Facts Collectives::facts(bool good, std::int64_t count, ScalarType type) const {
+  if (!good) return {static_cast<std::int64_t>(proc_.rank()), kNoFailure, kNoFailure, kNoFailure,
+                     kNoFailure};
+  auto t = static_cast<std::int64_t>(type);
+  return {kNoFailure, count, -count, t, -t};
+}
+
+Future<void> Collectives::allreduceInPlace(const Group& g, const LocalTensor& tensor,
+                                           Reduction reduction) {
+  return proc_.mpi().allreduce(g.comm, tensor.data(), static_cast<std::size_t>(tensor.numel()),
+                               mpiType(tensor.dtype()), mpiReduce(reduction));
 }
 
 }  // namespace crown::tensor::detail

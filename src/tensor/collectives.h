@@ -8,6 +8,8 @@
 // Used on the engine's thread; every wait is on the MPI service (THR-1).
 #pragma once
 
+#include <array>
+#include <climits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,6 +82,18 @@ class Collectives {
   // Whether `command`'s data moves during the agreement: the controller gave
   // its source's shape and type, and it is small (latency-bound).
   static bool overlaps(const Collective& command, std::size_t members);
+  // The agreement's facts, from this member (run, runFused): the lowest
+  // member whose input failed, and the extremes of the element counts and
+  // types (as minima of x and -x); kNoFailure where there is nothing to say.
+  using Facts = std::array<std::int64_t, 5>;
+  static constexpr std::int64_t kNoFailure = INT64_MAX;
+  Facts facts(bool good, std::int64_t count, ScalarType type) const;
+  // `tensor` (contiguous, CPU) allreduced into its own memory.
+  Future<void> allreduceInPlace(const Group& group, const LocalTensor& tensor,
+                                Reduction reduction);
+  // reduce_'s result: the source itself, `result` written into its memory
+  // (views and all) unless it went there directly.
+  static LocalTensor intoSource(const LocalTensor& source, const LocalTensor& result);
   // The outcome of `command` failing with `message` (`lost`: a member lost).
   Outcome failed(const Collective& command, std::string message,
                  const ProcessLost* lost = nullptr) const;

@@ -102,13 +102,8 @@ std::vector<Collectives::Outcome> Collectives::runFused(
       offset += inputs[i].numel();
     }
   }
-  // The agreement as run() makes it (the lowest member with a bad input,
-  // the extremes of the counts and types), posted with the data.
-  constexpr std::int64_t kNone = INT64_MAX;
-  auto me = static_cast<std::int64_t>(proc_.rank());
-  auto type = static_cast<std::int64_t>(head.expectType);
-  std::int64_t facts[5] = {good ? kNone : me, total, -total, type, -type};
-  MpiService& mpi = proc_.mpi();
+  // The agreement as run() makes it, posted with the data.
+  Facts agreed = facts(good, total, head.expectType);
   Posted posted;
   posted.out = packed;  // MPI may write it until the collective ends, failed or not
   auto failEach = [&](const std::string& message, const ProcessLost* lost) {
@@ -118,28 +113,24 @@ std::vector<Collectives::Outcome> Collectives::runFused(
     return outcomes;
   };
   try {
-    Future<void> agreed = mpi.allreduce(g->comm, facts, 5, DType::i64, ReduceOp::min);
-    posted.done = mpi.allreduce(g->comm, packed.data(), static_cast<std::size_t>(total),
-                                mpiType(head.expectType), mpiReduce(head.reduction));
-    agreed.get();
+    Future<void> agreement =
+        proc_.mpi().allreduce(g->comm, agreed.data(), agreed.size(), DType::i64, ReduceOp::min);
+    posted.done = allreduceInPlace(*g, packed, head.reduction);
+    agreement.get();
     posted.done.get();
   } catch (const ProcessLost& e) {
     return failEach(e.what(), &e);
   } catch (const std::exception& e) {
     return failEach(std::string("the members could not agree: ") + e.what(), nullptr);
   }
-  if (facts[0] != kNone) return eachAlone();  // each finds out what failed, and where
+  if (agreed[0] != kNoFailure) return eachAlone();  // each finds out what failed, and where
   if (head.reduction == Reduction::avg) divideBy(packed, g->size);
   std::vector<Outcome> outcomes;
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < commands.size(); ++i) {
     LocalTensor result = slice(i, offset);  // a view of the packed block
     offset += result.numel();
-    if (commands[i].result == commands[i].source) {  // reduce_: the source's own memory
-      LocalTensor target = inputs[i];
-      target.assign(result);
-      result = target;
-    }
+    if (commands[i].result == commands[i].source) result = intoSource(inputs[i], result);
     outcomes.push_back(Outcome{std::move(result), nullptr});
   }
   return outcomes;

@@ -20,7 +20,8 @@ def install() -> bool:
     from .. import _aten, _crown
     from . import _commands, _engine
 
-    _crown.configure_tensor_fast_record(_aten.api(), {
+    _crown.install_native_torch(_aten.api())  # as crown.tensor._worker does: one table
+    _crown.configure_tensor_fast_record({
         "tensor": _record.Tensor, "torch_tensor": torch.Tensor, "mesh_module": _mesh,
         "main_stream": _mesh.MAIN_STREAM, "tf_cache": _op_cache._tf_cache,
         "slow_path": _op_cache.torch_function, "attribute_read": _op_cache._ATTRIBUTE_READ,
