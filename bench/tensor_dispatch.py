@@ -8,11 +8,15 @@ in eager torch on one process:
 Prints µs per op and the ratios to eager. Goals (issue 11): at most 5 µs
 per op at the controller, and to completion within 2x of eager torch.
 
-Run (from the repository root; with 2 ranks or fewer add --bind-to none, or
-mpirun binds each rank, its engine and crown's threads to one core):
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=build/python \
-    mpirun --oversubscribe -n 4 -x PYTHONPATH /usr/bin/python3 bench/tensor_dispatch.py \
+Run (from the repository root), through crownrun as a user would (it
+preloads jemalloc, and leaves 2 ranks or fewer unbound; --malloc system for
+glibc's malloc):
+  PYTHONPATH=build/python launch/crownrun -n 4 /usr/bin/python3 bench/tensor_dispatch.py \
     [results dir or file.json]
+or with mpirun itself (with 2 ranks or fewer add --bind-to none, or mpirun
+binds each rank, its engine and crown's threads to one core):
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=build/python \
+    mpirun --oversubscribe -n 4 -x PYTHONPATH /usr/bin/python3 bench/tensor_dispatch.py
 Results: bench/results/tensor_dispatch.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
@@ -59,6 +63,14 @@ def on_mesh(procs):
     return (recorded - start) / OPS, (done - start) / OPS
 
 
+def allocator():
+    """The malloc this process runs: crownrun preloads jemalloc (docs/tensors.md)."""
+    with open("/proc/self/maps") as maps:
+        text = maps.read()
+    return next((name for name in ("jemalloc", "tcmalloc", "mimalloc") if f"lib{name}" in text),
+                "glibc")
+
+
 def main():
     procs = crown.world()
     eager_t = statistics.median(eager() for _ in range(RUNS))
@@ -67,7 +79,7 @@ def main():
     done_t = statistics.median(r[1] for r in runs)
     cpus = sorted(os.sched_getaffinity(0))
     print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs; "
-          f"the controller may run on CPUs {cpus} of {os.cpu_count()}")
+          f"the controller may run on CPUs {cpus} of {os.cpu_count()}; malloc: {allocator()}")
     if len(cpus) == 1 and (os.cpu_count() or 1) > 1:
         print("  (bound to one core, which its engine and crown's threads share: mpirun binds "
               "each of 2 ranks or fewer to a core; crownrun and --bind-to none do not)")
@@ -80,7 +92,7 @@ def main():
         out = os.path.join(out, BENCH + ".json")
     with open(out, "w") as f:
         json.dump({"bench": BENCH, "ranks": len(procs), "ops": OPS, "host": platform.node(),
-                   "controller_cpus": cpus,
+                   "controller_cpus": cpus, "allocator": allocator(),
                    "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
                    "controller_us": record_t * 1e6, "completion_us": done_t * 1e6}, f, indent=1)
     print(f"results: {out}")

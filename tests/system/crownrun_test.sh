@@ -44,6 +44,39 @@ check "a binding asked for is passed on" 0 "^mpirun -n 2 .*--bind-to core " -- \
   "$crownrun" -n 2 --bind-to core --dry-run true
 check "2 ranks unbound run their threads on any core" 0 "mesh_cast done on 2 ranks" -- \
   "$crownrun" -n 2 "$build_dir/examples/mesh_cast"
+# The allocator: jemalloc (launch/install-deps installs it) in every rank by
+# default, none with --malloc system, and bad choices refused.
+cat >"$work/allocator.py" <<'PY'
+import crown
+from crown.actor import Actor, endpoint
+
+
+class Probe(Actor):
+    @endpoint
+    def allocator(self):
+        with open("/proc/self/maps") as maps:
+            return "jemalloc" if "libjemalloc.so" in maps.read() else "system"
+
+
+def main():
+    found = crown.world().spawn("probe", Probe).allocator.call().get()
+    print("allocators:", sorted(set(found.values())), "on", len(list(found.values())), "ranks")
+
+
+crown.run(main)
+PY
+python=${CROWN_PYTHON:-/usr/bin/python3}
+export PYTHONPATH="$build_dir/python${PYTHONPATH:+:$PYTHONPATH}"
+check "every rank runs jemalloc by default" 0 "allocators: \['jemalloc'\] on 3 ranks" -- \
+  "$crownrun" -n 3 "$python" "$work/allocator.py"
+check "--malloc system preloads nothing" 0 "allocators: \['system'\] on 2 ranks" -- \
+  "$crownrun" -n 2 --malloc system "$python" "$work/allocator.py"
+check "a preload of the user's own is kept after jemalloc" 0 "LD_PRELOAD=[^ ]*libjemalloc.so.2:$work/mine.so " -- \
+  env LD_PRELOAD="$work/mine.so" "$crownrun" -n 2 --dry-run true
+check "an unknown allocator" 2 "unknown --malloc 'tcmalloc9'" -- "$crownrun" -n 2 --malloc tcmalloc9 true
+check "an allocator library that is not there" 2 "cannot read the library /no/such/libmalloc.so" -- \
+  "$crownrun" -n 2 --malloc /no/such/libmalloc.so true
+
 check "no rank count" 2 "say how many ranks" -- "$crownrun" true
 check "N below 1" 2 "must be at least 1" -- "$crownrun" -n 0 true
 check "program not found" 2 "program not found on PATH: no-such-program" -- \
@@ -62,6 +95,8 @@ chmod +x "$work/bin/srun"
 check "a Slurm allocation smaller than N" 2 "allocation has 2 tasks, fewer than the 4" -- \
   env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 4 true
 check "inside Slurm it launches with srun --mpi=pmix" 0 "^srun --mpi=pmix -n 2" -- \
+  env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 2 --dry-run true
+check "inside Slurm the preload goes through srun --export" 0 "^srun .*--export=ALL.?,LD_PRELOAD=[^ ]*libjemalloc.so.2 true" -- \
   env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 2 --dry-run true
 
 if ((failures)); then
