@@ -9,7 +9,7 @@ Prints µs per op and the ratios to eager. Goals (issue 11): at most 5 µs
 per op at the controller, and to completion within 2x of eager torch.
 
 Run (from the repository root), through crownrun as a user would (it
-preloads jemalloc, and leaves 2 ranks or fewer unbound; --malloc system for
+preloads tcmalloc, and leaves 2 ranks or fewer unbound; --malloc system for
 glibc's malloc):
   PYTHONPATH=build/python launch/crownrun -n 4 /usr/bin/python3 bench/tensor_dispatch.py \
     [results dir or file.json]
@@ -64,10 +64,10 @@ def on_mesh(procs):
 
 
 def allocator():
-    """The malloc this process runs: crownrun preloads jemalloc (docs/tensors.md)."""
+    """The malloc this process runs: crownrun preloads tcmalloc (docs/tensors.md)."""
     with open("/proc/self/maps") as maps:
         text = maps.read()
-    return next((name for name in ("jemalloc", "tcmalloc", "mimalloc") if f"lib{name}" in text),
+    return next((name for name in ("tcmalloc", "jemalloc", "mimalloc") if f"lib{name}" in text),
                 "glibc")
 
 

@@ -44,10 +44,13 @@ check "a binding asked for is passed on" 0 "^mpirun -n 2 .*--bind-to core " -- \
   "$crownrun" -n 2 --bind-to core --dry-run true
 check "2 ranks unbound run their threads on any core" 0 "mesh_cast done on 2 ranks" -- \
   "$crownrun" -n 2 "$build_dir/examples/mesh_cast"
-# The allocator: jemalloc (launch/install-deps installs it) in every rank by
-# default, none with --malloc system, and bad choices refused.
+# The allocator: tcmalloc (launch/install-deps installs it) in every rank by
+# default, none with --malloc system, and bad choices refused. Either way a
+# tensor too large for the machine is refused at once (an error the engine
+# reports), not killed by the OOM killer when touched.
 cat >"$work/allocator.py" <<'PY'
 import crown
+import torch
 from crown.actor import Actor, endpoint
 
 
@@ -55,7 +58,13 @@ class Probe(Actor):
     @endpoint
     def allocator(self):
         with open("/proc/self/maps") as maps:
-            return "jemalloc" if "libjemalloc.so" in maps.read() else "system"
+            loaded = maps.read()
+        name = next((n for n in ("tcmalloc", "jemalloc", "mimalloc") if f"lib{n}" in loaded), "system")
+        try:
+            torch.empty(2 ** 44, dtype=torch.uint8)  # 16 TiB
+            return name + ", 16 TiB allocated"
+        except RuntimeError as e:
+            return name + (", 16 TiB refused" if "can't allocate memory" in str(e) else f": {e}")
 
 
 def main():
@@ -67,11 +76,11 @@ crown.run(main)
 PY
 python=${CROWN_PYTHON:-/usr/bin/python3}
 export PYTHONPATH="$build_dir/python${PYTHONPATH:+:$PYTHONPATH}"
-check "every rank runs jemalloc by default" 0 "allocators: \['jemalloc'\] on 3 ranks" -- \
-  "$crownrun" -n 3 "$python" "$work/allocator.py"
-check "--malloc system preloads nothing" 0 "allocators: \['system'\] on 2 ranks" -- \
+check "every rank runs tcmalloc by default, and refuses what does not fit" 0 \
+  "allocators: \['tcmalloc, 16 TiB refused'\] on 3 ranks" -- "$crownrun" -n 3 "$python" "$work/allocator.py"
+check "--malloc system preloads nothing" 0 "allocators: \['system, 16 TiB refused'\] on 2 ranks" -- \
   "$crownrun" -n 2 --malloc system "$python" "$work/allocator.py"
-check "a preload of the user's own is kept after jemalloc" 0 "LD_PRELOAD=[^ ]*libjemalloc.so.2:$work/mine.so " -- \
+check "a preload of the user's own is kept after tcmalloc" 0 "LD_PRELOAD=[^ ]*libtcmalloc_minimal.so.4:$work/mine.so " -- \
   env LD_PRELOAD="$work/mine.so" "$crownrun" -n 2 --dry-run true
 check "an unknown allocator" 2 "unknown --malloc 'tcmalloc9'" -- "$crownrun" -n 2 --malloc tcmalloc9 true
 check "an allocator library that is not there" 2 "cannot read the library /no/such/libmalloc.so" -- \
@@ -96,7 +105,7 @@ check "a Slurm allocation smaller than N" 2 "allocation has 2 tasks, fewer than 
   env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 4 true
 check "inside Slurm it launches with srun --mpi=pmix" 0 "^srun --mpi=pmix -n 2" -- \
   env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 2 --dry-run true
-check "inside Slurm the preload goes through srun --export" 0 "^srun .*--export=ALL.?,LD_PRELOAD=[^ ]*libjemalloc.so.2 true" -- \
+check "inside Slurm the preload goes through srun --export" 0 "^srun .*--export=ALL.?,LD_PRELOAD=[^ ]*libtcmalloc_minimal.so.4 true" -- \
   env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 2 --dry-run true
 
 if ((failures)); then
