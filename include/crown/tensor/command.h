@@ -9,6 +9,7 @@
 #include <boost/serialization/split_member.hpp>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -36,12 +37,8 @@ struct Call {
   std::vector<double> reals;
   SharedText blob;
   SharedText origin;  ///< where the controller issued it (file:line), for errors
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& kernel& inputs& results& dtype& ints& reals& blob& origin;
-  }
-  /// What a batch writes of it: its blob and origin by their place in the
-  /// batch's table of texts (CommandBatch).
+  /// What a batch writes of it, the only way a Call travels: its blob and
+  /// origin by their place in the batch's table of texts (CommandBatch).
   template <class Archive>
   void saveShared(Archive& archive, std::uint32_t blobIndex, std::uint32_t originIndex) const {
     archive << kernel << inputs << results << dtype << ints << reals << blobIndex << originIndex;
@@ -220,12 +217,16 @@ struct CommandBatch {
     for (const Command& command : commands) {
       std::uint8_t index = static_cast<std::uint8_t>(command.index());
       archive << index;
-      if (const auto* c = std::get_if<Call>(&command)) {
-        c->saveShared(archive, places[call].first, places[call].second);
-        ++call;
-        continue;
-      }
-      std::visit([&archive](const auto& alternative) { archive << alternative; }, command);
+      std::visit(
+          [&](const auto& alternative) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(alternative)>, Call>) {
+              alternative.saveShared(archive, places[call].first, places[call].second);
+              ++call;
+            } else {
+              archive << alternative;
+            }
+          },
+          command);
     }
   }
   template <class Archive>

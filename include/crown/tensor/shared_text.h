@@ -1,11 +1,11 @@
 // An immutable string that commands share: a recorded op's blob and the
 // controller's file:line repeat from one Call to the next (a loop records
-// the same few), so a CommandBatch carries each distinct one once and a
-// copied Call copies a pointer. Reads as a std::string_view. Any thread
-// (it never changes once made).
+// the same few), so a CommandBatch carries each distinct one once (its
+// table of texts is the only way one travels) and a copied Call copies a
+// pointer. Reads as a std::string_view. Any thread (it never changes once
+// made).
 #pragma once
 
-#include <boost/serialization/split_member.hpp>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,19 +28,6 @@ class SharedText {
   const void* identity() const { return text_.get(); }
 
   friend bool operator==(const SharedText& a, std::string_view b) { return a.view() == b; }
-
-  template <class Archive>
-  void save(Archive& archive, unsigned) const {
-    std::string text = str();
-    archive << text;
-  }
-  template <class Archive>
-  void load(Archive& archive, unsigned) {
-    std::string text;
-    archive >> text;
-    *this = SharedText(std::move(text));
-  }
-  BOOST_SERIALIZATION_SPLIT_MEMBER()
 
  private:
   std::shared_ptr<const std::string> text_;
