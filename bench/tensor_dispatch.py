@@ -30,6 +30,7 @@ import time
 import torch
 
 import crown
+from bench_env import allocator
 
 BENCH = "tensor_dispatch"
 STEPS = 5000  # two ops per step (mul, add): 10,000 ops
@@ -61,14 +62,6 @@ def on_mesh(procs):
     done = time.perf_counter()
     assert abs(float(crown.inspect(z)[0]) - 2.0) < 1e-3  # the fixed point of z * 0.5 + 1
     return (recorded - start) / OPS, (done - start) / OPS
-
-
-def allocator():
-    """The malloc this process runs: crownrun preloads tcmalloc (docs/tensors.md)."""
-    with open("/proc/self/maps") as maps:
-        text = maps.read()
-    return next((name for name in ("tcmalloc", "jemalloc", "mimalloc") if f"lib{name}" in text),
-                "glibc")
 
 
 def main():
