@@ -205,8 +205,7 @@ Collectives::Outcome Collectives::run(const Collective& command, const RefTable:
     if (local) stand = LocalTensor::zeros(command.expectType, command.expectShape);
   }
   try {
-    Future<void> agreement =
-        mpi.allreduce(g->comm, agreed.data(), agreed.size(), DType::i64, ReduceOp::min);
+    Future<void> agreement = agree(*g, agreed);
     if (overlaps(command, g->size)) {
       if (!local && inPlace(command, input)) {
         early = Posted{allreduceInPlace(*g, input, command.reduction), input, {}};
@@ -325,8 +324,7 @@ Collectives::Posted Collectives::post(const Collective& command, const Group& g,
   switch (command.kind) {
     case CollectiveKind::allreduce:
       p.out = input.clone();
-      p.done = mpi.allreduce(g.comm, p.out.data(), static_cast<std::size_t>(p.out.numel()), type,
-                             mpiReduce(command.reduction));
+      p.done = allreduceInPlace(g, p.out, command.reduction);
       return p;
     case CollectiveKind::reduceScatter: {
       auto shape = input.shape();
@@ -380,6 +378,10 @@ Collectives::Facts Collectives::facts(bool good, std::int64_t count, ScalarType 
                      kNoFailure};
   auto t = static_cast<std::int64_t>(type);
   return {kNoFailure, count, -count, t, -t};
+}
+
+Future<void> Collectives::agree(const Group& g, Facts& facts) {
+  return proc_.mpi().allreduce(g.comm, facts.data(), facts.size(), DType::i64, ReduceOp::min);
 }
 
 Future<void> Collectives::allreduceInPlace(const Group& g, const LocalTensor& tensor,

@@ -88,6 +88,9 @@ class Collectives {
   using Facts = std::array<std::int64_t, 5>;
   static constexpr std::int64_t kNoFailure = INT64_MAX;
   Facts facts(bool good, std::int64_t count, ScalarType type) const;
+  // Posts the agreement: every member's `facts` become their minima, in
+  // place (kept alive by the caller until it is done).
+  Future<void> agree(const Group& group, Facts& facts);
   // `tensor` (contiguous, CPU) allreduced into its own memory.
   Future<void> allreduceInPlace(const Group& group, const LocalTensor& tensor,
                                 Reduction reduction);

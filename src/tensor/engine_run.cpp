@@ -95,11 +95,11 @@ void Engine::Impl::call(const Call& c, Stream& s, const Kernel* known) {
   if (known == nullptr) found = findKernel(c.kernel);
   const Kernel& kernel = known != nullptr ? *known : found;
   if (!kernel) {
-    std::string known;
-    for (const auto& name : kernelNames()) known += (known.empty() ? "" : ", ") + name;
+    std::string names;
+    for (const auto& name : kernelNames()) names += (names.empty() ? "" : ", ") + name;
     return poisonAll(
         c.results,
-        failure(c.kernel, "no kernel is registered under this name (known: " + known + ")",
+        failure(c.kernel, "no kernel is registered under this name (known: " + names + ")",
                 c.origin.str()));
   }
   try {

@@ -113,8 +113,7 @@ std::vector<Collectives::Outcome> Collectives::runFused(
     return outcomes;
   };
   try {
-    Future<void> agreement =
-        proc_.mpi().allreduce(g->comm, agreed.data(), agreed.size(), DType::i64, ReduceOp::min);
+    Future<void> agreement = agree(*g, agreed);
     posted.done = allreduceInPlace(*g, packed, head.reduction);
     agreement.get();
     posted.done.get();
