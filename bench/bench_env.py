@@ -1,6 +1,8 @@
 """What the Python benchmarks record about the process they ran in."""
 
 import functools
+import os
+import resource
 
 
 @functools.lru_cache(maxsize=None)  # a process's malloc is fixed at its start
@@ -10,3 +12,12 @@ def allocator():
         text = maps.read()
     return next((name for name in ("tcmalloc", "jemalloc", "mimalloc") if f"lib{name}" in text),
                 "glibc")
+
+
+def probe():
+    """This process's resident set now, its peak (ru_maxrss, KiB on Linux) and
+    the CPU seconds it has used (user + system, every thread)."""
+    with open("/proc/self/statm") as f:
+        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return resident, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime

@@ -3,6 +3,8 @@
 // between the same two processes:
 //   ring     a 64 B ping-pong over two rings (one each way), segments passed
 //            over a Unix socket with SCM_RIGHTS, as crown's links will
+//   asleep   the ring's ping-pong with spinning off (as with more ranks
+//            than cores): every wait sleeps on a futex, the cost of a wake-up
 //   unix     the same ping-pong over that Unix socket (what crown's
 //            same-host links use today)
 //   mpi      MPI_Send/MPI_Recv of 64 B (Open MPI's shared-memory transport)
@@ -222,6 +224,12 @@ int main(int argc, char** argv) {
   };
   LatencySummary ring = pingPong(
       rank, [&] { check(out.write(message, deadline())); }, [&] { check(in.read(got, deadline())); });
+  // The same with spinning off, as crown runs more ranks than cores: every
+  // wait sleeps on the ring's futex, so each round trip is two wake-ups.
+  out.setSpinLimit(std::chrono::nanoseconds(0));
+  in.setSpinLimit(std::chrono::nanoseconds(0));
+  LatencySummary asleep = pingPong(
+      rank, [&] { check(out.write(message, deadline())); }, [&] { check(in.read(got, deadline())); });
 
   std::vector<std::byte> big(kBulk, std::byte{7});
   double ringBulk = bulk(rank, [&] { check(out.write(big, deadline())); },
@@ -252,6 +260,7 @@ int main(int argc, char** argv) {
                       fixed(ratio(s.p50, unix.p50))});
     };
     row("ring ping-pong (64 B)", ring);
+    row("ring, waits asleep (64 B)", asleep);
     row("unix socket ping-pong (64 B)", unix);
     row("mpi ping-pong (64 B)", mpi);
     std::printf("64 MiB one way: ring %.2f GB/s, MPI_Send %.2f GB/s (ring/mpi %.2f)\n", ringBulk,
@@ -265,6 +274,7 @@ int main(int argc, char** argv) {
     }
     nlohmann::json json = {{"frames_one_way", sweep},
                            {"ring", toJson(ring)},
+                           {"ring_asleep", toJson(asleep)},
                            {"unix", toJson(unix)},
                            {"mpi", toJson(mpi)},
                            {"ring_over_mpi_p50", ratio(ring.p50, mpi.p50)},

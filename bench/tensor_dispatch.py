@@ -30,7 +30,8 @@ import time
 import torch
 
 import crown
-from bench_env import allocator
+from bench_env import allocator, probe
+from crown.actor import Actor, endpoint
 
 BENCH = "tensor_dispatch"
 STEPS = 5000  # two ops per step (mul, add): 10,000 ops
@@ -46,13 +47,25 @@ def eager():
     return (time.perf_counter() - start) / OPS
 
 
-def on_mesh(procs):
+class Probe(Actor):
+    @endpoint
+    def cpu_s(self):
+        return probe()[2]
+
+
+def cpu_by_rank(probes):
+    return list(probes.cpu_s.call().get().values())
+
+
+def on_mesh(procs, probes):
+    """(controller, to completion, every rank's CPU) seconds per op."""
     mesh = procs.tensors()
     with procs.activate():
         z = torch.ones(16)
         for _ in range(100):  # warm-up: the engines' first use, the recording caches
             z = z * 0.5 + 1
     mesh.backend.sync()
+    cpu = cpu_by_rank(probes)
     start = time.perf_counter()
     with procs.activate():
         for _ in range(STEPS):
@@ -60,16 +73,20 @@ def on_mesh(procs):
         recorded = time.perf_counter()
     mesh.backend.sync()
     done = time.perf_counter()
+    cpu = [(after - before) / OPS for after, before in zip(cpu_by_rank(probes), cpu)]
     assert abs(float(crown.inspect(z)[0]) - 2.0) < 1e-3  # the fixed point of z * 0.5 + 1
-    return (recorded - start) / OPS, (done - start) / OPS
+    return (recorded - start) / OPS, (done - start) / OPS, cpu
 
 
 def main():
     procs = crown.world()
     eager_t = statistics.median(eager() for _ in range(RUNS))
-    runs = [on_mesh(procs) for _ in range(RUNS)]
+    probes = procs.spawn("probe", Probe)
+    runs = [on_mesh(procs, probes) for _ in range(RUNS)]
     record_t = statistics.median(r[0] for r in runs)
     done_t = statistics.median(r[1] for r in runs)
+    cpu = [statistics.median(r[2][rank] for r in runs) for rank in range(len(procs))]
+    cores = os.cpu_count() or 1
     cpus = sorted(os.sched_getaffinity(0))
     print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs; "
           f"the controller may run on CPUs {cpus} of {os.cpu_count()}; malloc: {allocator()}")
@@ -79,6 +96,12 @@ def main():
     print(f"  eager torch, one process:  {eager_t * 1e6:7.2f} µs/op")
     print(f"  crown, at the controller:  {record_t * 1e6:7.2f} µs/op ({record_t / eager_t:.2f}x eager)")
     print(f"  crown, to completion:      {done_t * 1e6:7.2f} µs/op ({done_t / eager_t:.2f}x eager)")
+    # Every rank's CPU per op over the machine's cores bounds the time to
+    # completion from below, whatever the overlap.
+    floor = sum(cpu) / min(cores, len(procs) + 1)
+    print(f"  CPU per op by rank:        " + " ".join(f"{c * 1e6:.2f}" for c in cpu)
+          + f" µs (rank 0: controller + engine); all {sum(cpu) * 1e6:.2f} µs")
+    print(f"  floor on {cores} core(s):       {floor * 1e6:7.2f} µs/op ({floor / eager_t:.2f}x eager)")
     out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
         "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
     if not out.endswith(".json"):
@@ -87,7 +110,9 @@ def main():
         json.dump({"bench": BENCH, "ranks": len(procs), "ops": OPS, "host": platform.node(),
                    "controller_cpus": cpus, "allocator": allocator(),
                    "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
-                   "controller_us": record_t * 1e6, "completion_us": done_t * 1e6}, f, indent=1)
+                   "controller_us": record_t * 1e6, "completion_us": done_t * 1e6,
+                   "cpu_us_by_rank": [c * 1e6 for c in cpu], "cores": cores,
+                   "floor_us": floor * 1e6}, f, indent=1)
     print(f"results: {out}")
 
 

@@ -36,7 +36,6 @@ Results: bench/results/tensor_train.json (or argv[1], or $CROWN_BENCH_RESULTS).
 import json
 import os
 import platform
-import resource
 import statistics
 import sys
 import time
@@ -51,7 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # so its remote function resolves there too).
 from train_tensor_engine import LR, SAMPLES, model, shard_of, shard_shape  # noqa: E402
 
-from bench_env import allocator  # noqa: E402
+from bench_env import allocator, probe  # noqa: E402
 
 BENCH = "tensor_train"
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100
@@ -70,15 +69,6 @@ def step(net, opt, x, y, average=None):
     opt.step()
     opt.zero_grad()
     return loss
-
-
-def probe():
-    """This process's resident set now, its peak (ru_maxrss, KiB on Linux) and
-    the CPU seconds it has used (user + system, every thread)."""
-    with open("/proc/self/statm") as f:
-        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return resident, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def local_step_s(x, y):
