@@ -96,8 +96,12 @@ void MpiService::openWindow(bool wanted) {
     cudaAware_ = MPIX_Query_cuda_support() == 1;
 #endif
     if (wanted && !everywhere) {
-      log::get().warn("RDMA: no MPI window ({}); RDMA buffers fall back to crown's own fabric",
-                      why.empty() ? "another rank could not make one" : why);
+      // One rank alone (a debugging run, `mpirun -n 1`) has no peer for
+      // Open MPI's one-sided transports to reach, so its window always
+      // fails: expected, not worth a warning on every start.
+      log::get().log(size == 1 ? spdlog::level::info : spdlog::level::warn,
+                     "RDMA: no MPI window ({}); RDMA buffers fall back to crown's own fabric",
+                     why.empty() ? "another rank could not make one" : why);
     }
   });
 }
