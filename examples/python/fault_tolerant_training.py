@@ -77,6 +77,9 @@ def on_fault(failure):
 def main(respawn):
     crown.actor.unhandled_fault_hook = on_fault
     procs = crown.world_flat()
+    if len(procs) <= VICTIM:
+        sys.exit(f"fault_tolerant_training needs at least {VICTIM + 1} ranks (rank {VICTIM} "
+                 f"dies), it has {len(procs)}: mpirun --enable-recovery -n 4 python3 {sys.argv[0]}")
     trainers = procs.spawn("trainer", Trainer, VICTIM)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)

@@ -10,6 +10,7 @@ against the trainer's.
     mpirun -n 4 python3 examples/python/weight_sync.py
 """
 import hashlib
+import sys
 
 import torch
 
@@ -71,7 +72,9 @@ class Generator(Actor):
 def main():
     procs = crown.world_flat()
     n = len(procs)
-    assert n >= 2, "weight_sync needs a trainer rank and at least one generator rank"
+    if n < 2:
+        sys.exit("weight_sync needs a trainer rank and at least one generator rank: "
+                 f"mpirun -n 4 python3 {sys.argv[0]}")
     trainer = procs.slice(ranks=0).spawn("trainer", Trainer)
     generators = procs.slice(ranks=slice(1, n)).spawn("generator", Generator)
     for step in range(3):

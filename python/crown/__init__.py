@@ -27,7 +27,7 @@ import os
 import sys
 import traceback
 
-from . import _crown, _pdb, _placement, _runtime, _stacks
+from . import _crown, _exit_codes, _pdb, _placement, _runtime, _stacks
 from .actor import ProcMesh
 from . import _logs
 
@@ -119,7 +119,8 @@ def shutdown(code: int = 0) -> int:
 
 def run(main, *args, controller: str = "shared", **kwargs) -> None:
     """Runs main(*args, **kwargs) on rank 0 while the other ranks serve; exits
-    the process with 0, or 1 after printing the error once if main raised.
+    the process with 0, or 1 after printing the error once if main raised;
+    sys.exit(code) in main ends the job as it ends a Python script.
     ``controller="dedicated"`` keeps rank 0 to controlling: the world meshes
     are ranks 1..N-1 (the default "shared" makes rank 0 a member too).
     In a served job (``crown console --run``) it just runs main, and
@@ -132,6 +133,9 @@ def run(main, *args, controller: str = "shared", **kwargs) -> None:
     code = 0
     try:
         main(*args, **kwargs)
+    except SystemExit as error:  # sys.exit() in main: the job ends as the script said
+        sys.stdout.flush()
+        code = _exit_codes.exit_code(error)
     except BaseException as error:  # noqa: BLE001 - any failure ends the job non-zero
         from . import _supervision
 

@@ -40,7 +40,7 @@ import threading
 import traceback
 from typing import Callable, Optional
 
-from . import _crown, _logs, _placement, _runtime, _supervision
+from . import _crown, _exit_codes, _logs, _placement, _runtime, _supervision
 from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
 
 _HANDSHAKE_TIMEOUT_S = 5.0
@@ -359,7 +359,7 @@ def run_script(path: str, source: str, argv) -> int:
     try:
         exec(compile(source, path, "exec"), namespace)
     except SystemExit as error:
-        exit_code = _exit_code(error)
+        exit_code = _exit_codes.exit_code(error)
     except BaseException as error:  # noqa: BLE001 - the script's failure is its console's
         # From the script's own frames on, as `python3 script.py` would show it.
         traceback.print_exception(type(error), error, error.__traceback__.tb_next)
@@ -370,15 +370,6 @@ def run_script(path: str, source: str, argv) -> int:
         namespace.clear()  # its tensors and meshes are released here, not at the next run
         _stop_left(before)
     return exit_code
-
-
-def _exit_code(error: SystemExit) -> int:
-    if error.code is None:
-        return 0
-    if isinstance(error.code, int):
-        return error.code
-    print(error.code, file=sys.stderr)
-    return 1
 
 
 def _stop_left(before) -> None:
