@@ -27,10 +27,11 @@ int main(int argc, char** argv) {
     auto stacked = x.allgather({"procs"});
     std::cout << "allgather of [256, 256] shards: " << stacked.fetch().get().describe() << "\n";
 
-    // A failed kernel poisons what depends on it; the error names the rank.
+    // A failed kernel poisons what depends on it; the error names the rank
+    // (here the last one's shard is fetched).
     auto bad = tm.call("matmul", {x, tm.ones({3, 3})}, {{{256, 3}, ScalarType::f32}})[0];
     try {
-      (bad * bad).fetch({{"procs", 1}}).get();
+      (bad * bad).fetch({{"procs", ctl.world().size("procs") - 1}}).get();
     } catch (const RemoteError& e) {
       std::cout << "deferred error: " << e.remoteMessage() << "\n";
     }
