@@ -21,17 +21,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$results"
 status=0
 step() { echo; echo "== $* ($(date +%T))"; }
-binary() {
-  local found
-  found=$(find "$bins" -type f -name "$1" -perm -u+x | head -1)
-  [[ -n $found ]] || { echo "FAIL: no $1 under $bins" >&2; exit 1; }
-  echo "$found"
-}
+binary() { find "$bins" -type f -name "$1" -perm -u+x | head -1; }
 cuda_test=$(binary crown_cuda_test)
 nccl_test=$(binary mpi_nccl_test)
 rdma_test=$(binary mpi_rdma_gpu_test)
 allreduce=$(binary gpu_allreduce)
 rdma_bench=$(binary rdma_gpu_bench)
+for found in "$cuda_test" "$nccl_test" "$rdma_test" "$allreduce" "$rdma_bench"; do
+  [[ -n $found ]] || { echo "FAIL: a check binary is missing under $bins" >&2; exit 1; }
+done
 
 step "the machine"
 nvidia-smi -L || echo "nvidia-smi: none"

@@ -53,6 +53,7 @@ export OMPI_MCA_mca_base_param_files=$kit/ompi/mca-params.conf
 
 "$root/bench/gpu/checks.sh" "$kit/bin" "$results"
 status=$?
+echo "log and results: $results"
 if [[ -n ${OUT:-} ]]; then
   cp "$log" "$results"/*.json "$OUT/" 2>/dev/null || true
 fi
