@@ -89,8 +89,8 @@ def main():
     cores = os.cpu_count() or 1
     cpus = sorted(os.sched_getaffinity(0))
     print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs; "
-          f"the controller may run on CPUs {cpus} of {os.cpu_count()}; malloc: {allocator()}")
-    if len(cpus) == 1 and (os.cpu_count() or 1) > 1:
+          f"the controller may run on CPUs {cpus} of {cores}; malloc: {allocator()}")
+    if len(cpus) == 1 and cores > 1:
         print("  (bound to one core, which its engine and crown's threads share: mpirun binds "
               "each of 2 ranks or fewer to a core; crownrun and --bind-to none do not)")
     print(f"  eager torch, one process:  {eager_t * 1e6:7.2f} µs/op")

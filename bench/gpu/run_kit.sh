@@ -33,16 +33,17 @@ nccl=$(nccl_dir)
 echo "NCCL from $nccl"
 
 export LD_LIBRARY_PATH=$kit/lib:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+loads() { loader=$("$kit/bin/crown_cuda_test" --gtest_list_tests 2>&1 >/dev/null); }
 # This compiler's C++ runtime only where the machine's lacks what it needs.
-if ! "$kit/bin/crown_cuda_test" --gtest_list_tests >/dev/null 2>&1; then
-  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$kit/lib-fallback
-  echo "using the kit's libstdc++ (the machine's is older)"
-fi
 # A C library older than the build machine's (glibc 2.36, Debian 12) cannot
 # load the kit at all: say so, with the loader's words.
-if ! loader=$("$kit/bin/crown_cuda_test" --gtest_list_tests 2>&1 >/dev/null); then
-  echo "FAIL: the kit's binaries do not load here ($(ldd --version | head -1)): $loader" >&2
-  exit 1
+if ! loads; then
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$kit/lib-fallback
+  echo "the kit does not load with this machine's libstdc++: trying the kit's own"
+  loads || {
+    echo "FAIL: the kit's binaries do not load here ($(ldd --version | head -1)): $loader" >&2
+    exit 1
+  }
 fi
 export PATH=$kit/ompi/bin:$PATH
 # Both relocate through their install-dirs components' variables.
