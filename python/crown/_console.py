@@ -3,13 +3,14 @@
 Every rank runs ``python3 -m crown serve``; rank 0 then keeps the job's mesh
 alive with no program of its own, and serves `crown console` (_console_cli.py)
 on job-PID.console, a Unix socket beside the debug server's (crown/debug/
-server.h), in the same private directory and behind the same token and HMAC
-handshake (and with CROWN_DEBUG_TCP on a TCP port too, the debug server's
-plus one, written to job-PID.console.tcp):
-
-    server: "crown-console 1 NONCE\\n"
-    client: "HMAC console" | "HMAC run" | "HMAC stop"
-    then JSON lines both ways (_Session below).
+server.h), in the same private directory and behind the same mutual token
+handshake (_handshake.py; with CROWN_DEBUG_TCP on a TCP port too, the debug
+server's plus one, written to job-PID.console.tcp). The command the client
+sends once the server proved the token is "console", "run" or "stop"; then
+JSON lines go both ways (_serve_client below). As in the debug server,
+handshakes are bounded (_Admission): TCP clients that have not proved the
+token hold a few threads at most, a few per address, and never delay a
+local one.
 
 Code runs on the controller's main thread, one piece at a time whoever sent
 it, so an interrupt (Ctrl-C in a console) is a SIGINT to that thread, as it
@@ -27,8 +28,6 @@ from __future__ import annotations
 
 import builtins
 import code
-import hashlib
-import hmac
 import json
 import os
 import queue
@@ -40,10 +39,40 @@ import threading
 import traceback
 from typing import Callable, Optional
 
-from . import _crown, _exit_codes, _logs, _placement, _runtime, _supervision
+from . import _crown, _exit_codes, _handshake, _logs, _placement, _runtime, _supervision
 from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
 
 _HANDSHAKE_TIMEOUT_S = 5.0
+_MAX_HANDSHAKES = 64              # at once, per pool (local, remote), as the debug server's
+_MAX_HANDSHAKES_PER_ADDRESS = 4   # remote ones from one peer address
+
+
+class _Admission:
+    """Bounds on the handshakes under way (issue 43): a client over a bound
+    is closed at once rather than given a thread for its 5 s window."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pool = {True: 0, False: 0}  # local: count
+        self._by_address = {}
+
+    def enter(self, local: bool, address: str) -> bool:
+        with self._lock:
+            if self._pool[local] >= _MAX_HANDSHAKES or (
+                    not local and self._by_address.get(address, 0) >= _MAX_HANDSHAKES_PER_ADDRESS):
+                return False
+            self._pool[local] += 1
+            if not local:
+                self._by_address[address] = self._by_address.get(address, 0) + 1
+            return True
+
+    def leave(self, local: bool, address: str) -> None:
+        with self._lock:
+            self._pool[local] -= 1
+            if not local:
+                self._by_address[address] -= 1
+                if not self._by_address[address]:
+                    del self._by_address[address]
 
 
 def socket_path(pid: int) -> str:
@@ -149,6 +178,7 @@ class ConsoleServer:
         listener.bind(self.path)
         os.chmod(self.path, 0o600)
         self._listeners = [listener]
+        self._admission = _Admission()
         self._tcp_file = None
         tcp = tcp_setting()
         if tcp is not None:  # for consoles on other nodes (the debug server's port + 1)
@@ -209,19 +239,32 @@ class ConsoleServer:
     # -- the consoles' threads ------------------------------------------------
 
     def _accept(self, listener: socket.socket) -> None:
+        local = listener.family == socket.AF_UNIX
         while not self._stopping.is_set():
             try:
-                sock, _ = listener.accept()
+                sock, peer = listener.accept()
             except OSError:
                 return  # closed: the job ends
-            threading.Thread(target=self._serve_client, args=(sock,), daemon=True,
-                             name="crown-console-client").start()
+            address = "" if local else str(peer[0])
+            if not self._admission.enter(local, address):
+                try:
+                    sock.setblocking(False)
+                    sock.send(b"error: the console is busy with other connections: try again\n")
+                except OSError:
+                    pass
+                sock.close()
+                continue
+            threading.Thread(target=self._serve_client, args=(sock, local, address),
+                             daemon=True, name="crown-console-client").start()
 
-    def _serve_client(self, sock: socket.socket) -> None:
+    def _serve_client(self, sock: socket.socket, local: bool, address: str) -> None:
         """One connection: its handshake, then each JSON line it sends (this
         thread is its only reader)."""
         with sock:
-            command = self._handshake(sock)
+            try:
+                command = self._handshake(sock)
+            finally:
+                self._admission.leave(local, address)
             if command is None:
                 return
             client = _Client(sock)
@@ -262,7 +305,8 @@ class ConsoleServer:
             # A piece still running runs to its end; what it prints has nowhere to go.
 
     def _handshake(self, sock: socket.socket) -> Optional[str]:
-        """The debug server's check, in Python: the same user, who read the token."""
+        """The debug server's check, in Python: the same user, who read the token
+        and checks that this server did too (_handshake.py)."""
         sock.settimeout(_HANDSHAKE_TIMEOUT_S)
         try:
             if sock.family == socket.AF_UNIX:  # over TCP the token alone tells the user
@@ -273,18 +317,8 @@ class ConsoleServer:
                     sock.sendall(b"refused: only the job's own user may connect\n")
                     _crown.log("warn", f"console: refused a connection from uid {uid}")
                     return None
-            nonce = os.urandom(32)
-            sock.sendall(f"{CONSOLE_HELLO} 1 {nonce.hex()}\n".encode("ascii"))
-            line = b""
-            while not line.endswith(b"\n") and len(line) < 4096:
-                got = sock.recv(1)
-                if not got:
-                    return None
-                line += got
-            proof, _, command = line.decode("utf-8", "replace").strip().partition(" ")
-            expected = hmac.new(self._token, nonce, hashlib.sha256).hexdigest()
-            if not hmac.compare_digest(proof.encode(), expected.encode()):
-                sock.sendall(b"refused: the proof does not match the job's token\n")
+            command = _handshake.server(sock, self._token, CONSOLE_HELLO, _HANDSHAKE_TIMEOUT_S)
+            if command is None:
                 return None
             sock.settimeout(None)  # an attached console may idle for days
             return command

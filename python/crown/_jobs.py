@@ -15,18 +15,28 @@ also checks, with SO_PEERCRED, that it is the same user). One on another
 node, with CROWN_DEBUG_DIR on a filesystem both see (the user's home), uses
 the TCP ports, where the token's HMAC alone proves the user: nobody else
 can read the file.
+
+The client trusts what the server trusts and no more (issue 43): the
+directory and every file it reads there must be this user's and private
+(another user may make /tmp/crown-UID first, with a token and sockets of
+its own), a Unix socket's server must run as this user (SO_PEERCRED), and
+every server must prove the token back (_handshake.py) before a command,
+a script or a pdb line is sent to it.
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
-import hmac
 import os
+import pwd
 import re
 import socket
+import stat
+import struct
+import sys
 from typing import List, NamedTuple, Optional, Tuple
 
+from . import _handshake
 
 CONSOLE_HELLO = "crown-console"  # a served job's console greets with this (_console.py)
 
@@ -69,6 +79,63 @@ def write_private(path: str, text: str) -> None:
         f.write(text)
 
 
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_private_directory(directory: str) -> None:
+    """Raises CliError unless `directory` is a real directory of this user
+    that nobody else may enter: the debug server's own rule."""
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise CliError(f"the debug directory {directory} is not a directory (a link, say): "
+                       f"crown will not look for jobs there; remove it, or set CROWN_DEBUG_DIR")
+    if info.st_uid != os.geteuid():
+        raise CliError(f"the debug directory {directory} belongs to {_owner(info.st_uid)}, not "
+                       f"to you: only its owner may use it. If you did not make it, another "
+                       f"user may have, to pass as your jobs' servers: crown will not talk to "
+                       f"anything in it. Remove it, or set CROWN_DEBUG_DIR to a directory of "
+                       f"yours")
+    if info.st_mode & 0o077:
+        raise CliError(f"the debug directory {directory} is open to others (mode "
+                       f"{stat.S_IMODE(info.st_mode):o}; a job makes it 0700): crown will not "
+                       f"trust what is in it. Remove it, or set CROWN_DEBUG_DIR")
+
+
+def check_private(path: str, kind) -> os.stat_result:
+    """`path` as the server leaves it: of `kind` (stat.S_ISREG, S_ISSOCK),
+    not a link, this user's, and private; CliError saying why not."""
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        raise CliError(f"cannot use {path}: {error.strerror}") from None
+    if not kind(info.st_mode):
+        raise CliError(f"{path} is not what a job leaves there (a link, say): refusing it")
+    if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise CliError(f"{path} belongs to {_owner(info.st_uid)} with mode "
+                       f"{stat.S_IMODE(info.st_mode):o}; a job's files are its user's and "
+                       f"private (0600): refusing it")
+    return info
+
+
+def read_private(path: str) -> str:
+    """A job's small text file, checked as it is opened (no link followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}") from None
+    with os.fdopen(fd) as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise CliError(f"{path} belongs to {_owner(info.st_uid)} with mode "
+                           f"{stat.S_IMODE(info.st_mode):o}; a job's files are its user's and "
+                           f"private (0600): refusing it")
+        return f.read(4096)
+
+
 class Job(NamedTuple):
     pid: int   # the controller's, on its node
     base: str  # the debug directory's job-PID
@@ -93,10 +160,9 @@ def _address(job: Job, unix_suffix: str, tcp_suffix: str) -> str:
     if job.here() and os.path.exists(job.base + unix_suffix):
         return job.base + unix_suffix
     try:
-        with open(job.base + tcp_suffix) as f:
-            host, port = f.read().split()[:2]
+        host, port = read_private(job.base + tcp_suffix).split()[:2]
         return f"tcp:{host}:{port}"
-    except (OSError, ValueError):
+    except (CliError, ValueError):
         raise CliError(f"the job {job.pid} runs on {job.node or 'another node'}, and has no TCP "
                        f"port (its controller needs CROWN_DEBUG_TCP set to be reached from "
                        f"another node)") from None
@@ -107,17 +173,21 @@ def jobs() -> List[Job]:
     those elsewhere that listen on TCP (a shared CROWN_DEBUG_DIR)."""
     found = []
     directory = debug_directory()
-    if os.path.isdir(directory) and not os.access(directory, os.R_OK | os.X_OK):
-        raise CliError(f"cannot look in {directory}: only its owner may (a job's debug server "
-                       f"is private to the user who started the job)")
+    if not os.path.lexists(directory):
+        return found
+    check_private_directory(directory)
     for token in sorted(glob.glob(os.path.join(directory, "job-*.token"))):
         base = token[:-len(".token")]
+        try:
+            check_private(token, stat.S_ISREG)
+        except CliError as error:
+            print(f"crown: skipping {token}: {error}", file=sys.stderr)
+            continue
         pid = int(re.search(r"job-(\d+)$", base).group(1))
         node = ""
         try:
-            with open(base + ".tcp") as f:
-                node = f.read().split()[2]
-        except (OSError, IndexError):
+            node = read_private(base + ".tcp").split()[2]
+        except (CliError, IndexError):
             pass
         job = Job(pid, base, node)
         if job.here():
@@ -158,40 +228,39 @@ def _open(address: str, timeout: float) -> socket.socket:
             return socket.create_connection((host, int(port)), timeout=timeout)
         except OSError as error:
             raise CliError(f"cannot reach the job's server at {host}:{port}: {error}") from None
+    check_private(address, stat.S_ISSOCK)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(address)
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", creds)
     except OSError as error:
         sock.close()
         raise CliError(f"cannot reach the job's server at {address}: {error}") from None
+    if uid != os.geteuid():
+        sock.close()
+        raise CliError(f"the server at {address} runs as {_owner(uid)} (pid {pid}), not as "
+                       f"you: it is not your job's, and nothing was sent to it")
     return sock
 
 
 def connect(job: Job, address: str, command: str, timeout: float,
             hello: str = "crown-debug") -> socket.socket:
-    """A socket to one of `job`'s servers (debug or console) that has proved
-    the token and sent `command`; its answer is left to read."""
+    """A socket to one of `job`'s servers (debug or console) that proved it
+    holds the job's token, and to which `command` was sent (only then); its
+    answer is left to read."""
     try:
-        with open(job.base + ".token") as f:
-            token = bytes.fromhex(f.read().strip())
-    except OSError as error:
-        raise CliError(f"cannot read the job's token {job.base}.token: {error}") from None
+        token = bytes.fromhex(read_private(job.base + ".token").strip())
+    except ValueError:
+        raise CliError(f"the job's token {job.base}.token is not hex") from None
     sock = _open(address, timeout)
     try:
-        greeting = b""
-        while not greeting.endswith(b"\n") and len(greeting) < 256:
-            got = sock.recv(1)
-            if not got:
-                break
-            greeting += got
-        words = greeting.decode("ascii", "replace").split()
-        if len(words) != 3 or words[:2] != [hello, "1"]:
-            raise CliError(f"the server at {address} said "
-                           f"{greeting.decode('utf-8', 'replace').strip()!r}")
-        proof = hmac.new(token, bytes.fromhex(words[2]), hashlib.sha256).hexdigest()
-        sock.sendall(f"{proof} {command}\n".encode("utf-8"))  # a pdb line may be any text
+        _handshake.client(sock, token, hello, command, address)
         return sock
+    except _handshake.HandshakeError as error:
+        sock.close()
+        raise CliError(str(error)) from None
     except BaseException:
         sock.close()
         raise

@@ -94,8 +94,9 @@ def main():
         # Over TCP no SO_PEERCRED: a client that cannot prove the token is refused.
         with socket.create_connection((here, int(port)), timeout=10) as sock:
             stream = sock.makefile("rb")
-            check(stream.readline().startswith(b"crown-debug 1 "), "no greeting over TCP")
-            sock.sendall(hashlib.sha256(b"guess").hexdigest().encode() + b" stacks\n")
+            check(stream.readline().startswith(b"crown-debug 2 "), "no greeting over TCP")
+            sock.sendall(os.urandom(32).hex().encode() + b" " +
+                         hashlib.sha256(b"guess").hexdigest().encode() + b"\n")
             answer = stream.read().decode()
         check(answer.startswith("refused: the proof"), answer)
         try:

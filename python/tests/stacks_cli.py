@@ -105,8 +105,9 @@ def main():
             sock.settimeout(10)
             sock.connect(os.path.join(debug_dir, f"job-{controller}.sock"))
             stream = sock.makefile("rb")
-            stream.readline()
-            sock.sendall(hashlib.sha256(b"guess").hexdigest().encode() + b" stacks\n")
+            check(stream.readline().startswith(b"crown-debug 2 "), "no greeting")
+            sock.sendall(os.urandom(32).hex().encode() + b" " +
+                         hashlib.sha256(b"guess").hexdigest().encode() + b"\n")
             answer = stream.read().decode()
         check(answer.startswith("refused: the proof"), answer)
         print(f"a wrong token: {answer.strip()}", flush=True)

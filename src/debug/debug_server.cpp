@@ -1,8 +1,10 @@
-// The debug server (crown/debug/server.h): one thread accepts, a few answer,
-// so that a live `crown status` goes on while `crown stacks --native` waits
-// for eu-stack; each client is bounded by socket timeouts, so one that
-// stalls holds its answerer for seconds at most. What each command answers
-// is server_commands.cpp's.
+// The debug server (crown/debug/server.h): one thread accepts and runs every
+// client's handshake without blocking (admission.h), a few answer the
+// clients that proved the token, so that a live `crown status` goes on while
+// `crown stacks --native` waits for eu-stack, and nobody who has not proved
+// the token holds an answerer. One answerer serves local (Unix socket)
+// clients alone, and the others serve them first. Each answer is bounded by
+// a send timeout. What each command answers is server_commands.cpp's.
 #include "crown/debug/server.h"
 
 #include <arpa/inet.h>
@@ -28,41 +30,16 @@
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/transport/auth.h"
+#include "admission.h"
 #include "server_commands.h"
 
 namespace crown::debug {
 namespace {
 
 constexpr int kClientTimeoutSeconds = 5;
-constexpr int kAnswerers = 4;            // clients answered at once
-constexpr std::size_t kMaxWaiting = 64;  // accepted, not yet answered; more are refused
-constexpr std::size_t kMaxRequestBytes = 4096;
-
-template <std::size_t N>
-std::string toHex(const std::array<std::uint8_t, N>& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : bytes) {
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
-}
-
-bool fromHex(const std::string& text, transport::Mac& out) {
-  if (text.size() != out.size() * 2) return false;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    unsigned value = 0;
-    for (char c : text.substr(2 * i, 2)) {
-      value <<= 4;
-      if (c >= '0' && c <= '9') value |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') value |= static_cast<unsigned>(c - 'a' + 10);
-      else return false;
-    }
-    out[i] = static_cast<std::uint8_t>(value);
-  }
-  return true;
-}
+constexpr int kAnswerers = 4;            // clients answered at once; one answers local ones only
+constexpr std::size_t kMaxWaiting = 64;  // admitted, not yet answered, per pool; more are refused
+constexpr int kMaxAcceptsPerWake = 64;
 
 void sendAll(int fd, const std::string& text) {
   std::size_t sent = 0;
@@ -71,16 +48,6 @@ void sendAll(int fd, const std::string& text) {
     if (n <= 0) return;  // the client left: nothing more to tell it
     sent += static_cast<std::size_t>(n);
   }
-}
-
-std::string readLine(int fd) {
-  std::string line;
-  char c = 0;
-  while (line.size() < kMaxRequestBytes && ::recv(fd, &c, 1, 0) == 1) {
-    if (c == '\n') return line;
-    line += c;
-  }
-  return "";  // closed, timed out or too long
 }
 
 // CROWN_DEBUG_TCP=[HOST][:PORT] (as tcp_setting() in python/crown/_jobs.py):
@@ -134,7 +101,7 @@ int listenTcp(const TcpSetting& setting, int& fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   socklen_t size = sizeof address;
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::listen(fd, 8) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      ::listen(fd, 64) != 0 || ::fcntl(fd, F_SETFL, O_NONBLOCK) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
     throw Error("cannot listen on TCP " + setting.bind + ":" + std::to_string(setting.port) +
                 " (CROWN_DEBUG_TCP): " + std::strerror(errno));
   }
@@ -183,11 +150,13 @@ struct DebugServer::Impl {
   int tcpFd = -1;           // CROWN_DEBUG_TCP: for clients on other nodes
   std::string addressPath;  // job-PID.tcp: where tcpFd is reached
   int wake[2] = {-1, -1};
-  std::thread thread;  // accepts
+  std::thread thread;  // accepts, and runs every handshake (admission.h)
   std::vector<std::thread> answerers;
   std::mutex mutex;
   std::condition_variable ready;
-  std::deque<std::pair<int, bool>> waiting;  // accepted clients, each with whether it is local
+  // Admitted clients, by pool: a local one never waits behind a remote one.
+  std::deque<AdmittedClient> waitingLocal;   // under mutex
+  std::deque<AdmittedClient> waitingRemote;  // under mutex
   bool stopping = false;                     // under mutex
 
   explicit Impl(Proc& owner) : proc(owner) {}
@@ -204,7 +173,9 @@ struct DebugServer::Impl {
     }
     ready.notify_all();
     for (std::thread& t : answerers) t.join();
-    for (const auto& [client, local] : waiting) ::close(client);
+    for (auto* queue : {&waitingLocal, &waitingRemote}) {
+      for (const AdmittedClient& client : *queue) ::close(client.fd);
+    }
     for (int fd : {listenFd, tcpFd, wake[0], wake[1]}) {
       if (fd >= 0) ::close(fd);
     }
@@ -214,76 +185,64 @@ struct DebugServer::Impl {
   }
 
   void serve() {
+    Admission admission(token, "crown-debug");
+    std::vector<pollfd> fds;
     for (;;) {
       // A TCP port that is not set is -1, which poll skips.
-      pollfd fds[3] = {{listenFd, POLLIN, 0}, {tcpFd, POLLIN, 0}, {wake[0], POLLIN, 0}};
-      if (::poll(fds, 3, -1) < 0) continue;
+      fds.assign({{listenFd, POLLIN, 0}, {tcpFd, POLLIN, 0}, {wake[0], POLLIN, 0}});
+      admission.appendPollEntries(fds);
+      if (::poll(fds.data(), fds.size(), admission.pollTimeoutMs()) < 0) continue;
       if (fds[2].revents != 0) return;
+      for (AdmittedClient& client : admission.progress(std::span(fds).subspan(3))) {
+        enqueue(std::move(client));
+      }
       for (int i = 0; i < 2; ++i) {
         if ((fds[i].revents & POLLIN) == 0) continue;
-        int client = ::accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (client < 0) continue;
-        std::unique_lock lock(mutex);
-        if (waiting.size() >= kMaxWaiting) {
-          lock.unlock();
-          timeval bound{kClientTimeoutSeconds, 0};
-          ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
-          sendAll(client, "error: the debug server is busy: try again\n");
-          ::close(client);
-          continue;
+        for (int n = 0; n < kMaxAcceptsPerWake; ++n) {  // the listeners are nonblocking
+          int client = ::accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+          if (client < 0) break;
+          admission.add(client, /*local=*/i == 0);
         }
-        waiting.emplace_back(client, /*local=*/i == 0);
-        lock.unlock();
-        ready.notify_one();
       }
     }
   }
 
-  void answerWaiting() {
-    for (;;) {
-      std::unique_lock lock(mutex);
-      ready.wait(lock, [this] { return stopping || !waiting.empty(); });
-      if (stopping) return;
-      auto [client, local] = waiting.front();
-      waiting.pop_front();
+  void enqueue(AdmittedClient client) {
+    std::unique_lock lock(mutex);
+    auto& queue = client.local ? waitingLocal : waitingRemote;
+    if (queue.size() >= kMaxWaiting) {
       lock.unlock();
-      try {
-        answer(client, local);
-      } catch (const std::exception& e) {
-        sendAll(client, std::string("error: ") + e.what() + "\n");
-      }
-      ::close(client);
-    }
-  }
-
-  // A local client must be this user (SO_PEERCRED); over TCP the token's
-  // proof alone says so, since only this user can read the token.
-  void answer(int client, bool local) {
-    timeval bound{kClientTimeoutSeconds, 0};
-    ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
-    ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
-    if (local) {
-      ucred peer{};
-      socklen_t size = sizeof peer;
-      if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 ||
-          peer.uid != ::geteuid()) {
-        sendAll(client, "refused: only the job's own user may connect\n");
-        log::get().warn("debug server: refused a connection from uid {}", peer.uid);
-        return;
-      }
-    }
-    transport::Nonce nonce = transport::randomNonce();
-    sendAll(client, "crown-debug 1 " + toHex(nonce) + "\n");
-    std::string line = readLine(client);
-    auto space = line.find(' ');
-    transport::Mac proof{};
-    transport::Mac expected = transport::hmacSha256(token, nonce);
-    if (space == std::string::npos || !fromHex(line.substr(0, space), proof) ||
-        !transport::macEqual(proof, expected)) {
-      sendAll(client, "refused: the proof does not match the job's token\n");
+      timeval bound{kClientTimeoutSeconds, 0};
+      ::setsockopt(client.fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+      sendAll(client.fd, "error: the debug server is busy: try again\n");
+      ::close(client.fd);
       return;
     }
-    sendAll(client, answerCommand(proc, line.substr(space + 1)));
+    queue.push_back(std::move(client));
+    lock.unlock();
+    ready.notify_all();  // the local-only answerer may be the one to wake
+  }
+
+  void answerWaiting(bool localOnly) {
+    for (;;) {
+      std::unique_lock lock(mutex);
+      ready.wait(lock, [&] {
+        return stopping || !waitingLocal.empty() || (!localOnly && !waitingRemote.empty());
+      });
+      if (stopping) return;
+      auto& queue = waitingLocal.empty() ? waitingRemote : waitingLocal;
+      AdmittedClient client = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      timeval bound{kClientTimeoutSeconds, 0};
+      ::setsockopt(client.fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+      try {
+        sendAll(client.fd, answerCommand(proc, client.command));
+      } catch (const std::exception& e) {
+        sendAll(client.fd, std::string("error: ") + e.what() + "\n");
+      }
+      ::close(client.fd);
+    }
   }
 };
 
@@ -298,7 +257,7 @@ std::unique_ptr<DebugServer> DebugServer::start(Proc& proc) {
   }
   impl->token = transport::randomSecret();
   impl->tokenPath = base + ".token";
-  writePrivate(impl->tokenPath, toHex(impl->token) + "\n");
+  writePrivate(impl->tokenPath, hexOf(impl->token) + "\n");
   if (auto tcp = tcpSetting()) {
     int port = listenTcp(*tcp, impl->tcpFd);
     impl->addressPath = base + ".tcp";
@@ -313,12 +272,15 @@ std::unique_ptr<DebugServer> DebugServer::start(Proc& proc) {
   ::unlink(impl->socketPath.c_str());
   if (impl->listenFd < 0 ||
       ::bind(impl->listenFd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::chmod(impl->socketPath.c_str(), 0600) != 0 || ::listen(impl->listenFd, 8) != 0 ||
+      ::chmod(impl->socketPath.c_str(), 0600) != 0 || ::listen(impl->listenFd, 64) != 0 ||
+      ::fcntl(impl->listenFd, F_SETFL, O_NONBLOCK) != 0 ||
       ::pipe2(impl->wake, O_CLOEXEC) != 0) {
     throw Error("cannot listen at " + impl->socketPath);
   }
   Impl* raw = impl.get();
-  for (int i = 0; i < kAnswerers; ++i) impl->answerers.emplace_back([raw] { raw->answerWaiting(); });
+  for (int i = 0; i < kAnswerers; ++i) {
+    impl->answerers.emplace_back([raw, i] { raw->answerWaiting(/*localOnly=*/i == 0); });
+  }
   impl->thread = std::thread([raw] { raw->serve(); });
   log::get().debug("debug server at {}", impl->socketPath);
   return std::unique_ptr<DebugServer>(new DebugServer(std::move(impl)));

@@ -8,11 +8,16 @@
 // CROWN_DEBUG_TCP=[HOST][:PORT] it also listens on TCP, for a client on
 // another node that shares the directory (CROWN_DEBUG_DIR in the user's
 // home), and writes "HOST PORT NODE" to job-PID.tcp (0600). A local client
-// must be the same user (SO_PEERCRED); every client must prove it read the
-// token (only the job's user can):
-//   server: "crown-debug 1 NONCE\n"          (NONCE: 32 random bytes, hex)
-//   client: "HMAC COMMAND [ARGS]\n"           (HMAC-SHA256(token, nonce), hex)
-//   server: the answer, then closes; "refused: why\n" when the proof fails.
+// must be the same user (SO_PEERCRED, checked at accept); every client and
+// the server prove to each other that they read the token (only the job's
+// user can), before the client says what it wants (protocol 2; the lines
+// are in src/debug/admission.h):
+//   server: "crown-debug 2 SNONCE\n"
+//   client: "CNONCE CPROOF\n"        server: "SPROOF\n" (or "refused: why\n")
+//   client: "COMMAND [ARGS]\n"       server: the answer, then closes.
+// Handshakes run on the accepting thread without blocking, bounded per pool
+// (local, remote) and per remote address; only clients that proved the
+// token reach the answerers, and local ones are answered first.
 // Commands: "ping" ("ok"); "status": a line per rank that joined, "rank R
 // state alive host H heard T pid P rss B actors A queued Q inflight I
 // handled M" (or "state lost host H heard T", or "state silent host H heard
