@@ -19,6 +19,8 @@ import json
 import re
 from typing import Callable, Dict, List
 
+from ._jobs import JobEnded
+
 
 def _indices(text: str) -> Callable[[int], bool]:
     """"3" or "1:4" or "1:8:2" as a test on an index."""
@@ -125,6 +127,12 @@ class DebugShell(cmd.Cmd):
                 print("\n(detached while it runs: `list` shows it once it stops again)")
 
     def _attached(self, session: dict) -> None:
+        try:
+            self._converse(session)
+        except JobEnded as ended:  # the last command let the program run to its end
+            print(f"(the session continued)\ncrown: {ended}")
+
+    def _converse(self, session: dict) -> None:
         read = self._settle(session)
         while True:
             *shown, prompt = read["output"].split("\n")

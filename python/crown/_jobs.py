@@ -34,6 +34,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 from typing import List, NamedTuple, Optional, Tuple
 
 from . import _handshake
@@ -43,6 +44,11 @@ CONSOLE_HELLO = "crown-console"  # a served job's console greets with this (_con
 
 class CliError(Exception):
     """What the user is told, with exit code 1."""
+
+
+class JobEnded(CliError):
+    """The job ended while a client was using it (its controller exited and
+    took its files along): not a fault, the end of a conversation."""
 
 
 def debug_directory() -> str:
@@ -155,10 +161,32 @@ class Job(NamedTuple):
         return _address(self, ".console", ".console.tcp")
 
 
+def _ended(job: Job, within: float = 0.0) -> bool:
+    """Whether `job` has ended (its token went, or its controller on this
+    node), waiting up to `within` seconds to see it: a server closes its
+    sockets a moment before its process exits."""
+    deadline = time.monotonic() + within
+    while True:
+        if not os.path.exists(job.base + ".token"):
+            return True
+        if job.here():
+            try:
+                os.kill(job.pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
 def _address(job: Job, unix_suffix: str, tcp_suffix: str) -> str:
     """A Unix socket's path on the controller's node, else "tcp:HOST:PORT"."""
     if job.here() and os.path.exists(job.base + unix_suffix):
         return job.base + unix_suffix
+    if job.here() and _ended(job):
+        raise JobEnded(f"the job {job.pid} has ended")
     try:
         host, port = read_private(job.base + tcp_suffix).split()[:2]
         return f"tcp:{host}:{port}"
@@ -254,13 +282,22 @@ def connect(job: Job, address: str, command: str, timeout: float,
         token = bytes.fromhex(read_private(job.base + ".token").strip())
     except ValueError:
         raise CliError(f"the job's token {job.base}.token is not hex") from None
-    sock = _open(address, timeout)
+    try:
+        sock = _open(address, timeout)
+    except CliError:
+        if _ended(job, within=1.0):
+            raise JobEnded(f"the job {job.pid} has ended") from None
+        raise
     try:
         _handshake.client(sock, token, hello, command, address)
         return sock
-    except _handshake.HandshakeError as error:
+    except (_handshake.HandshakeError, OSError) as error:
         sock.close()
-        raise CliError(str(error)) from None
+        if _ended(job, within=1.0):  # it closed on us as it ended
+            raise JobEnded(f"the job {job.pid} has ended") from None
+        if isinstance(error, _handshake.HandshakeError):
+            raise CliError(str(error)) from None
+        raise CliError(f"the job's server at {address} went away: {error}") from None
     except BaseException:
         sock.close()
         raise
