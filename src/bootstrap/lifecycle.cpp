@@ -22,6 +22,9 @@ class ShutdownAgent : public Actor {
     handle<RankJoined>([&proc](const RankJoined& joined) {
       proc.admitRank(joined.rank, joined.host, joined.address);
     });
+    handle<MpiUnusable>([&lifecycle](const MpiUnusable& unusable) {
+      lifecycle.mpiUnusable(unusable.reason);
+    });
   }
 };
 
@@ -129,6 +132,23 @@ void Lifecycle::peerLost(Rank peer, const std::string& reason) {
   }
   // A worker whose controller is gone has nobody left to serve.
   if (peer == 0 && proc_->rank() != 0) requestShutdown(1);
+}
+
+void Lifecycle::mpiUnusable(const std::string& why) {
+  unexpectedLoss_ = true;  // shutdown: no MPI barrier, no MPI_Finalize (they wait for rank 0)
+  if (proc_->rank() != 0) {
+    log::get().warn("MPI on the controller is unusable: {}", why);
+    if (mpi_) mpi_->abandonPeer(0, "MPI on the controller is unusable: " + why);
+    return;
+  }
+  std::vector<Future<void>> acks;
+  for (Rank other = 1; other < proc_->size(); ++other) {
+    if (proc_->alive(other)) {
+      acks.push_back(proc_->request<void>({other, agent_}, MpiUnusable{why}));
+    }
+  }
+  awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", std::chrono::milliseconds(10000)),
+            "that MPI on the controller is unusable");
 }
 
 void Lifecycle::requestShutdown(int code, bool ranksLost) {

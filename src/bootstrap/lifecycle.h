@@ -16,7 +16,9 @@
 // The controller passes every loss it sees on to the other ranks
 // (RankLost), so that each fails what waits on the lost rank, MPI
 // operations included, even without a link of its own to it; and every
-// replacement that joins (RankJoined), which each rank admits. Thread-safe.
+// replacement that joins (RankJoined), which each rank admits; and that MPI
+// on the controller became unusable (MpiUnusable, issue 43), so that no rank
+// waits for it in MPI. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -70,6 +72,18 @@ struct RankJoined {
   }
 };
 
+/// The controller's word to every other rank that MPI on the controller is
+/// unusable for the rest of the job (a respawn left a helper thread inside
+/// MPI_Comm_spawn: respawn.h): each fails its MPI operations with the
+/// controller at once, and none waits for it in MPI at shutdown.
+struct MpiUnusable {
+  std::string reason;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& reason;
+  }
+};
+
 /// Waits for the acknowledgements of a controller's word to the ranks,
 /// until `bound` from now in all: a rank lost meanwhile needs none, and any
 /// other failure is logged as `whom` not acknowledging.
@@ -99,8 +113,15 @@ class Lifecycle : public Proc::Module {
   /// `ranksLost`: the controller saw a rank die that this process may not have.
   void requestShutdown(int code, bool ranksLost = false);
   /// True when a rank was lost before shutdown began, here or (as the
-  /// controller said) elsewhere.
+  /// controller said) elsewhere, or when MPI on the controller became
+  /// unusable (mpiUnusable): either way MPI cannot synchronise every rank.
   bool ranksLost() const { return unexpectedLoss_; }
+  /// MPI on the controller is unusable from now on (`why`, MpiUnusable). On
+  /// the controller (whose service is marked already) it tells every live
+  /// rank and waits, bounded, for their acknowledgements; on another rank it
+  /// fails every MPI operation with the controller (abandonPeer). Either
+  /// way shutdown skips MPI's barrier and MPI_Finalize (ranksLost).
+  void mpiUnusable(const std::string& why);
   /// True once requestShutdown (or stop) has run: an exit is expected now.
   bool shuttingDown();
   /// A worker that begins to serve (after bootstrap: the controller is up)
@@ -128,3 +149,4 @@ class Lifecycle : public Proc::Module {
 CROWN_MESSAGE(crown::detail::Shutdown, "crown::Shutdown");
 CROWN_MESSAGE(crown::detail::RankLost, "crown::RankLost");
 CROWN_MESSAGE(crown::detail::RankJoined, "crown::RankJoined");
+CROWN_MESSAGE(crown::detail::MpiUnusable, "crown::MpiUnusable");

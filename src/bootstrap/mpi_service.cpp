@@ -49,9 +49,15 @@ MpiService::~MpiService() {
 }
 
 void MpiService::call(std::function<void()> fn) {
+  if (std::string why = unusable(); !why.empty()) throw Error(why);
   // From the service thread (a future's continuation), queueing would deadlock.
   if (std::this_thread::get_id() == threadId_) return fn();
-  std::packaged_task<void()> task(std::move(fn));
+  // A task queued while MPI was usable and served after markUnusable fails
+  // there, unrun.
+  std::packaged_task<void()> task([this, fn = std::move(fn)] {
+    if (broken_) throw Error(unusable());
+    fn();
+  });
   auto done = task.get_future();
   {
     std::lock_guard lock(mutex_);
@@ -78,7 +84,9 @@ void MpiService::admit(std::unique_ptr<Op> op, std::function<void(std::exception
   std::exception_ptr refused;
   {
     std::lock_guard lock(mutex_);
-    if (finalized_ || stopping_) {
+    if (!unusable_.empty()) {
+      refused = std::make_exception_ptr(Error(op->what + ": " + unusable_));
+    } else if (finalized_ || stopping_) {
       refused = std::make_exception_ptr(Error(op->what + ": MPI is finalised"));
     } else {
       for (Rank peer : op->peers) {
@@ -131,6 +139,31 @@ void MpiService::abandonPeer(Rank peer, std::string reason) {
   // busy; it only cleans up behind them.
   failed_ += fails.size();
   for (auto& fail : fails) fail(error);
+}
+
+void MpiService::markUnusable(const std::string& why) {
+  CROWN_CHECK(std::this_thread::get_id() == threadId_,
+              "MpiService::markUnusable: only on the MPI service thread");
+  {
+    std::lock_guard lock(mutex_);
+    if (!unusable_.empty()) return;
+    unusable_ = why;
+  }
+  broken_ = true;
+  log::get().error("MPI service: {}", why);
+  // DLV-1: what waits fails now. The requests are left to MPI, unpolled:
+  // nothing here may call it again (THR-1 with MPI_THREAD_SERIALIZED, while
+  // another thread may still be inside it).
+  failEverything(why);
+  typed_.clear();
+  requests_.clear();
+  generic_.clear();
+  draining_ = 0;
+}
+
+std::string MpiService::unusable() const {
+  std::lock_guard lock(mutex_);
+  return unusable_;
 }
 
 MpiService::Stats MpiService::stats() const {
@@ -190,7 +223,7 @@ void MpiService::loop() {
       // While memory is attached to the RMA window, peers may be reading or
       // writing it: over TCP (osc pt2pt) that progresses here only while this
       // thread is inside MPI, so the loop keeps polling (with its back-off).
-      bool exposed = attached_ > 0;
+      bool exposed = attached_ > 0 && !broken_;
       if (typed_.empty() && generic_.empty() && !exposed) {
         wake_.wait(lock, work);  // nothing in flight: sleep, burn no core
       } else if (idle > kSpinPasses && transfersActive_ == 0 &&
@@ -210,6 +243,7 @@ void MpiService::loop() {
       abandons.swap(abandons_);
     }
     for (auto& task : tasks) task();  // call() is served while operations are in flight
+    if (broken_) continue;  // markUnusable: MPI is never called again (their futures failed)
     for (Rank peer : abandons) applyAbandon(peer);
     for (auto& op : incoming) startOp(std::move(op));
     bool moved = progress();
@@ -371,7 +405,7 @@ void MpiService::applyAbandon(Rank peer) {
 }
 
 void MpiService::finalize(std::function<void()> step) {
-  call([&] {
+  call([&] {  // throws at once where MPI is unusable (markUnusable): nothing to finalise
     {
       std::lock_guard lock(mutex_);
       finalized_ = true;  // from here, submissions fail at once

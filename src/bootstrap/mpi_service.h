@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -51,6 +52,14 @@ class MpiService final : public crown::MpiService {
   /// world's dynamic window under MPI_Win_lock_all, unless `wanted` is false
   /// (CROWN_RDMA_WINDOW=0). Every rank ends with a window, or none does.
   void openWindow(bool wanted);
+  /// On the service thread, when MPI cannot be called here any more (a
+  /// respawn's MPI_Comm_spawn left behind on a helper thread, still inside
+  /// MPI: respawn.h): every pending operation fails with `why`, and so does
+  /// every later one, call() and finalize() included, at once; the service
+  /// thread never calls MPI again. For the rest of the process's life.
+  void markUnusable(const std::string& why);
+  /// Why MPI cannot be called here any more ("" while it can).
+  std::string unusable() const;
 
   void call(std::function<void()> fn) override;
   Future<void> submit(std::string what, Start start, std::vector<Rank> peers) override;
@@ -155,6 +164,8 @@ class MpiService final : public crown::MpiService {
   bool finalized_ = false;
   bool outsideWorld_ = false;  // adoptNoWorld
   bool stopping_ = false;
+  std::string unusable_;       // markUnusable's reason; "" while MPI is usable
+  std::atomic<bool> broken_{false};  // !unusable_.empty(), for the service thread's loop
   std::atomic<std::uint64_t> splits_{0}, completed_{0}, failed_{0};
   std::atomic<std::size_t> draining_{0};
   std::atomic<bool> hasWindow_{false};

@@ -2,12 +2,16 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "bootstrap/mpi_check.h"
+#include "crown/common/env.h"
 #include "crown/common/log.h"
 
 namespace crown::detail {
@@ -84,29 +88,63 @@ std::string spawnRefusal() {
          "ProcMesh.survivors()";
 }
 
-JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
-                            std::chrono::milliseconds timeout) {
+namespace {
+
+// What the service thread and the helper thread that runs the MPI side of
+// one join share; it outlives whichever of them lets go of it last.
+struct SpawnAttempt {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool done = false;       // the helper is out of MPI for good
+  bool abandoned = false;  // the service thread gave up waiting: MPI is not the helper's to use
+  std::string stage = "MPI_Comm_spawn";  // the MPI call the helper is in, for the error
+  JoinAnswer answer;
+  std::exception_ptr error;
+
+  void enter(const char* call) {
+    std::lock_guard lock(mutex);
+    stage = call;
+  }
+  bool givenUp() {
+    std::lock_guard lock(mutex);
+    return abandoned;
+  }
+};
+
+// On the helper thread: the MPI side of the join, bounded by `deadline`
+// wherever MPI lets it be (the wait for the answer); MPI_Comm_spawn and
+// MPI_Comm_disconnect are not.
+JoinAnswer joinOver(SpawnAttempt& attempt, const JoinOffer& offer, const std::string& host,
+                    std::chrono::steady_clock::time_point deadline,
+                    std::chrono::milliseconds timeout) {
   std::string program = thisProgram();
   std::vector<std::string> arguments = thisArguments();
   CROWN_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
   MPI_Comm child = MPI_COMM_NULL;
   int code = spawnOne(program, arguments, host, child);
-  if (code != MPI_SUCCESS && !host.empty()) {
+  if (code != MPI_SUCCESS && !host.empty() && !attempt.givenUp()) {
     // The lost rank's host may be gone with it, or outside what the
     // launcher may place on: anywhere will do.
     log::get().info("respawn: cannot start rank {} on {}; trying any host", offer.rank, host);
     code = spawnOne(program, arguments, "", child);
   }
   CROWN_CHECK_MPI(code);
+  if (attempt.givenUp()) {
+    // Too late: the controller no longer calls MPI for this. The process
+    // waits for an offer that never comes, and exits at its own timeout
+    // (receiveOffer).
+    throw BootstrapError("MPI_Comm_spawn returned after the respawn gave up on it");
+  }
+  attempt.enter("MPI_Send (the offer)");
   CROWN_CHECK_MPI(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN));
   sendBytes(child, kOfferTag, wire::toBytes(offer));
 
   // The replacement answers once it listens: bounded, since it may die
   // before (a program that fails on this host, say).
+  attempt.enter("the wait for the answer");
   std::uint64_t length = 0;
   MPI_Request request;
   CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, kAnswerTag, child, &request));
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   int done = 0;
   while (!done) {
     CROWN_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
@@ -121,9 +159,66 @@ JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  attempt.enter("MPI_Recv (the answer)");
   auto answer = wire::fromBytes<JoinAnswer>(receiveRest(child, kAnswerTag, length));
+  attempt.enter("MPI_Comm_disconnect");
   CROWN_CHECK_MPI(MPI_Comm_disconnect(&child));
   return answer;
+}
+
+}  // namespace
+
+JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
+                            std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  auto started = Clock::now();
+  auto deadline = started + timeout;
+  auto attempt = std::make_shared<SpawnAttempt>();
+  // The helper calls MPI while this (the service) thread waits and calls
+  // none: one thread in MPI at a time, as MPI_THREAD_SERIALIZED requires.
+  std::thread([attempt, offer, host, deadline, timeout, started] {
+    JoinAnswer answer;
+    std::exception_ptr error;
+    try {
+      answer = joinOver(*attempt, offer, host, deadline, timeout);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(attempt->mutex);
+    attempt->done = true;
+    attempt->answer = std::move(answer);
+    attempt->error = error;
+    if (attempt->abandoned) {
+      log::get().warn("respawn: {} for rank {} returned {} ms after it was given up on",
+                      attempt->stage, offer.rank,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)
+                          .count());
+    }
+    attempt->changed.notify_all();
+  }).detach();
+
+  std::unique_lock lock(attempt->mutex);
+  if (!attempt->changed.wait_until(lock, deadline + kAbandonGrace,
+                                   [&] { return attempt->done; })) {
+    // Still inside MPI, where Open MPI cannot be interrupted (a process that
+    // died before MPI_Init leaves MPI_Comm_spawn waiting for good): the
+    // helper is left there, and with it MPI on this process.
+    attempt->abandoned = true;
+    throw SpawnAbandoned(
+        "respawn: the process started for rank " + std::to_string(offer.rank) +
+        " did not join within " + std::to_string(timeout.count()) +
+        " ms (CROWN_RESPAWN_TIMEOUT_MS), and Open MPI's " + attempt->stage +
+        " has not returned (a process that dies before MPI_Init leaves it waiting for good; its "
+        "own output says why it died). crown gave up on it there, on a helper thread, so MPI on "
+        "the controller is unusable for the rest of this job: MPI operations with it (tensor "
+        "collectives, RDMA windows, further respawns) fail at once; actors, casts and replies "
+        "still work",
+        "Open MPI's " + attempt->stage + " for rank " + std::to_string(offer.rank) +
+            " (still inside MPI past " + std::to_string(timeout.count()) +
+            " ms, CROWN_RESPAWN_TIMEOUT_MS)");
+  }
+  if (attempt->error) std::rethrow_exception(attempt->error);
+  return std::move(attempt->answer);
 }
 
 MPI_Comm spawnParent() {
@@ -134,8 +229,26 @@ MPI_Comm spawnParent() {
 
 JoinOffer receiveOffer(MPI_Comm parent) {
   CROWN_CHECK_MPI(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN));
+  // The controller may have given up on this process (its MPI_Comm_spawn
+  // returned past CROWN_RESPAWN_TIMEOUT_MS): then no offer comes, and this
+  // process must not wait for ever (SHT-1).
+  auto timeout = env::millis("CROWN_RESPAWN_TIMEOUT_MS", std::chrono::milliseconds(60000));
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   std::uint64_t length = 0;
-  CROWN_CHECK_MPI(MPI_Recv(&length, 1, MPI_UINT64_T, 0, kOfferTag, parent, MPI_STATUS_IGNORE));
+  MPI_Request request;
+  CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, kOfferTag, parent, &request));
+  for (int done = 0; !done;) {
+    CROWN_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      MPI_Cancel(&request);
+      MPI_Request_free(&request);
+      throw BootstrapError("this process was started to replace a lost rank, but the controller "
+                           "sent it no offer within " + std::to_string(timeout.count()) +
+                           " ms (CROWN_RESPAWN_TIMEOUT_MS): it gave up on it");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return wire::fromBytes<JoinOffer>(receiveRest(parent, kOfferTag, length));
 }
 

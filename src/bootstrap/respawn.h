@@ -13,6 +13,15 @@
 // controller's MPI service thread calls spawnReplacement, and only a
 // spawned process calls receiveOffer and sendAnswer (THR-1: on its own
 // service thread, during init).
+//
+// A replacement may die before MPI_Init completes (issue 43): Open MPI 4.1's
+// MPI_Comm_spawn then waits for it for good (PMIx's connect, which nothing
+// can interrupt). So spawnReplacement runs the MPI side of the join on a
+// helper thread while the service thread waits for it, calling no MPI
+// itself (MPI_THREAD_SERIALIZED: one thread in MPI at a time, THR-1's
+// point). A helper still inside MPI at the timeout is left behind, and
+// spawnReplacement throws SpawnAbandoned: the caller must then never call
+// MPI again in this process (MpiService::markUnusable).
 #pragma once
 
 #include <mpi.h>
@@ -58,19 +67,42 @@ struct JoinAnswer {
 /// a job started by srun, or a singleton, has none.
 std::string spawnRefusal();
 
+/// spawnReplacement's failure that leaves MPI unusable in this process: a
+/// helper thread is still inside an MPI call that cannot be abandoned.
+class SpawnAbandoned : public BootstrapError {
+ public:
+  SpawnAbandoned(const std::string& message, std::string cause)
+      : BootstrapError(message), cause_(std::move(cause)) {}
+  /// What was abandoned, in a few words ("Open MPI's MPI_Comm_spawn for
+  /// rank 4 (still inside MPI past 8000 ms, ...)"), for markUnusable's reason.
+  const std::string& cause() const { return cause_; }
+
+ private:
+  std::string cause_;
+};
+
 /// On the controller's MPI service thread: starts one process of this same
 /// program (this executable and arguments, in this working directory), on
 /// `host` if the launcher takes it there and anywhere it can otherwise,
-/// hands it `offer`, and returns its answer. Throws BootstrapError when MPI
-/// cannot start it, or when it does not answer within `timeout`.
+/// hands it `offer`, and returns its answer, all within `timeout` (plus
+/// kAbandonGrace). Throws BootstrapError when MPI cannot start it, or when
+/// it does not answer in time; SpawnAbandoned when MPI itself did not
+/// return in time (the process died before MPI_Init, say), after which no
+/// thread of this process may call MPI.
 JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
                             std::chrono::milliseconds timeout);
+
+/// How long after its timeout spawnReplacement still waits for a helper
+/// thread to come out of MPI before it leaves it behind.
+inline constexpr std::chrono::milliseconds kAbandonGrace{1000};
 
 /// In any process, after MPI_Init: the intercommunicator to the process
 /// that spawned this one, or MPI_COMM_NULL when the launcher started it.
 MPI_Comm spawnParent();
 
-/// In a spawned process: the controller's offer (blocks until it comes).
+/// In a spawned process: the controller's offer. Throws BootstrapError when
+/// none comes within CROWN_RESPAWN_TIMEOUT_MS (the controller gave up on
+/// this process), so that it exits rather than wait for ever.
 JoinOffer receiveOffer(MPI_Comm parent);
 
 /// In a spawned process: answers the offer and disconnects from the parent.

@@ -86,6 +86,13 @@ void Runtime::finish(int code) {
     std::fflush(stderr);
     ::_exit(code);
   }
+  if (std::string why = mpi_->service->unusable(); !why.empty()) {
+    // A thread is still inside MPI (respawn.h): MPI_Finalize, here or at
+    // exit (mpi4py's, when the program owns MPI), would wait for it for good.
+    log::get().info("exiting without MPI_Finalize: {}", why);
+    std::fflush(stderr);
+    ::_exit(code);
+  }
   // The service fails what is still pending and frees its communicators
   // first. A failed step is logged and shutdown goes on: the process is
   // leaving anyway, and its exit code is already decided.

@@ -4,6 +4,7 @@
 
 #include "bootstrap/lifecycle.h"
 #include "bootstrap/respawn.h"
+#include "bootstrap/runtime_mpi.h"
 #include "crown/bootstrap/runtime.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
@@ -63,7 +64,23 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
     }
     detail::JoinAnswer answer;
     auto started = std::chrono::steady_clock::now();
-    onMpiThread([&] { answer = detail::spawnReplacement(offer, proc.host(old), timeout); });
+    try {
+      onMpiThread([&] {
+        try {
+          answer = detail::spawnReplacement(offer, proc.host(old), timeout);
+        } catch (const detail::SpawnAbandoned& e) {
+          // Still on the service thread, which must not call MPI again.
+          mpi_->service->markUnusable(
+              "MPI is unusable on the controller: respawn_lost() abandoned " + e.cause());
+          throw;
+        }
+      });
+    } catch (const detail::SpawnAbandoned& e) {
+      // Every rank stops waiting for the controller in MPI, and the job
+      // still ends (SHT-1): shutdown skips MPI's barrier and MPI_Finalize.
+      lifecycle.mpiUnusable("respawn_lost() abandoned " + e.cause());
+      throw;
+    }
     if (!answer.error.empty()) {
       throw BootstrapError("respawn: the process started to replace rank " + std::to_string(old) +
                            " cannot join: " + answer.error);
