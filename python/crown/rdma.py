@@ -23,7 +23,9 @@ A buffer takes a torch tensor (CPU or CUDA), a numpy array or a memoryview,
 1-D and contiguous (``t.view(-1)`` or ``t.view(torch.uint8)`` of a contiguous
 tensor). Errors: ``ValueError`` for a size-0 or non-contiguous buffer and for
 a destination too small (before anything moves); :class:`RDMAError` for a
-dropped buffer (or one whose owner actor stopped); ``TimeoutError`` when a
+dropped buffer (or one whose owner actor stopped), and for a handle whose
+address and size, edited after pickling, do not lie within the registration
+its id names (the owner refuses it before any byte moves); ``TimeoutError`` when a
 transfer outlives its timeout (the buffer stays usable);
 ``SupervisionError`` when the owner's process dies. docs/rdma.md has the
 design and the figures.

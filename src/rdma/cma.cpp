@@ -21,8 +21,8 @@ const std::string& machineId() {
   return id;
 }
 
-CmaOutcome cmaMove(int pid, std::uint64_t address, char* local, std::size_t bytes, bool write,
-                   std::size_t chunk, const std::atomic<bool>& stop) {
+CmaResult cmaMove(int pid, std::uint64_t address, char* local, std::size_t bytes, bool write,
+                  std::size_t chunk, const std::atomic<bool>& stop) {
   std::size_t done = 0;
   while (done < bytes && !stop.load(std::memory_order_relaxed)) {
     std::size_t n = std::min(chunk, bytes - done);
@@ -31,14 +31,21 @@ CmaOutcome cmaMove(int pid, std::uint64_t address, char* local, std::size_t byte
     ssize_t moved = write ? ::process_vm_writev(pid, &mine, 1, &theirs, 1, 0)
                           : ::process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
     if (moved < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ESRCH) throw CmaPeerGone{};
-      return CmaOutcome::kRefused;  // EPERM (ptrace rules), EFAULT, ENOMEM: let MPI try
+      int error = errno;
+      if (error == EINTR) continue;
+      if (error == ESRCH) throw CmaPeerGone{};
+      // EFAULT is an address, not a rule of the kernel: it says nothing of
+      // the next copy, so it must not turn single copies off.
+      if (error == EFAULT) return {CmaOutcome::kNoMemory, error};
+      if (error == EPERM || error == EACCES) return {CmaOutcome::kRefused, error};
+      return {CmaOutcome::kFailed, error};
     }
-    if (moved == 0) return CmaOutcome::kRefused;  // nothing moves: never spin on it
+    // Nothing moved and no error (a range that ends at unmapped memory moves
+    // what precedes it, then fails): never spin on it.
+    if (moved == 0) return {CmaOutcome::kFailed, EIO};
     done += static_cast<std::size_t>(moved);
   }
-  return CmaOutcome::kMoved;
+  return {};
 }
 
 }  // namespace crown::rdma::detail

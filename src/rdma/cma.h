@@ -19,16 +19,24 @@ namespace crown::rdma::detail {
 const std::string& machineId();
 
 enum class CmaOutcome {
-  kMoved,    // every byte, or up to the point where *stop was set
-  kRefused,  // the kernel will not let this process reach that one (EPERM, ...)
+  kMoved,     // every byte, or up to the point where *stop was set
+  kRefused,   // the kernel will not let this process reach that one (EPERM: ptrace rules)
+  kNoMemory,  // an address with no memory behind it, at either end (EFAULT): this copy's error
+  kFailed,    // another error of this copy alone (ENOMEM, ...); the next may go
+};
+struct CmaResult {
+  CmaOutcome outcome = CmaOutcome::kMoved;
+  int error = 0;  // errno, unless kMoved
 };
 
 /// Copies `bytes` bytes between `local` and the memory at `address` of
 /// process `pid` (write: from local to it), in chunks of `chunk` bytes, and
 /// stops between chunks once `stop` is set. Throws CmaPeerGone when the
-/// process is gone (errno ESRCH; the caller names the peer).
-CmaOutcome cmaMove(int pid, std::uint64_t address, char* local, std::size_t bytes, bool write,
-                   std::size_t chunk, const std::atomic<bool>& stop);
+/// process is gone (errno ESRCH; the caller names the peer). Only kRefused
+/// says anything about later copies; the caller must have the address from
+/// the owner (its grant), never from a handle.
+CmaResult cmaMove(int pid, std::uint64_t address, char* local, std::size_t bytes, bool write,
+                  std::size_t chunk, const std::atomic<bool>& stop);
 
 /// Thrown by cmaMove when the process is gone.
 struct CmaPeerGone {};

@@ -10,23 +10,30 @@
 
 namespace crown::rdma::detail {
 
-/// Reader -> owner: may a transfer of `bytes` bytes start on registration `id`?
+/// Reader -> owner: may a transfer of `bytes` bytes start on registration
+/// `id`, at `address`? The address is the handle's, which anyone may have
+/// edited: the owner checks it against the registration and answers with
+/// the place the bytes are, which is all the reader uses.
 struct Acquire {
   std::uint64_t id = 0;
   std::uint64_t bytes = 0;
   bool write = false;
-  Rank reader = 0;  // whose loss ends the lease
+  Rank reader = 0;            // whose loss ends the lease
+  std::uint64_t address = 0;  // where the handle says the buffer starts
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& id& bytes& write& reader;
+    archive& id& bytes& write& reader& address;
   }
 };
 
 /// Owner -> reader: the lease (until Release the registration stays
 /// attached; the reader keeps it for later transfers until Revoke), or why not.
+/// A lease covers the registered region from the handle's address (its
+/// offset in the region, checked by the owner) to the region's end; the
+/// reader moves bytes only at `address` or `memory`, never at the handle's.
 struct Grant {
   std::uint64_t lease = 0;  // 0: refused
-  std::uint64_t bytes = 0;  // the registration's size: what the lease covers
+  std::uint64_t bytes = 0;  // what the lease covers: the region's bytes from the offset on
   bool writable = false;
   std::string error;
   bool staged = false;  // device memory behind a pinned mirror: each transfer Stages first
@@ -35,9 +42,14 @@ struct Grant {
   // it with process_vm_readv/writev itself. pid 0: never.
   std::string machine;
   std::int32_t pid = 0;
+  // The lease's first byte, derived by the owner from its registration: its
+  // displacement in the owner's window (MPI_Rget/MPI_Rput), and, with a pid,
+  // its address in the owner's process (a single copy).
+  std::uint64_t address = 0;
+  std::uint64_t memory = 0;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& lease& bytes& writable& error& staged& machine& pid;
+    archive& lease& bytes& writable& error& staged& machine& pid& address& memory;
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "crown/actor/actor.h"
@@ -19,6 +20,12 @@ namespace detail {
 namespace {
 
 constexpr std::size_t kRememberedIds = 4096;  // dropped ids whose reason an error can still name
+
+std::string hex(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
 
 }  // namespace
 
@@ -65,7 +72,7 @@ void RdmaModule::onMessage(wire::Envelope envelope, wire::Bytes bytes) {
   try {
     if (type == wire::messageName<Acquire>()) {
       auto a = wire::fromBytes<Acquire>(bytes);
-      replyWith(*proc_, envelope, acquire(a.reader, a.id, a.bytes, a.write));
+      replyWith(*proc_, envelope, acquire(a.reader, a.id, a.address, a.bytes, a.write));
     } else if (type == wire::messageName<Release>()) {
       release(wire::fromBytes<Release>(bytes).lease);
     } else if (type == wire::messageName<Revoke>()) {
@@ -241,7 +248,8 @@ void RdmaModule::finishRetired(std::unique_ptr<Region> region) {
   }
 }
 
-Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bool write) {
+Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t address, std::uint64_t bytes,
+                          bool write) {
   std::lock_guard lock(mutex_);
   auto named = [&] {
     return "RDMA buffer " + std::to_string(id) + " of rank " + std::to_string(proc_->rank());
@@ -260,18 +268,32 @@ Grant RdmaModule::acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bo
     return refusal(named() + " holds " + std::to_string(region.bytes) + " bytes, not " +
                    std::to_string(bytes));
   }
+  // The handle's address is data from the wire (an edited or corrupted
+  // handle names any address it likes): the transfer must lie within the
+  // region, and from here on only the owner's own numbers say where bytes
+  // go, so nothing outside a registered region is ever read or written.
+  std::uint64_t offset = address - region.address;  // wraps when below: then >= region.bytes
+  if (address < region.address || offset >= region.bytes || bytes > region.bytes - offset) {
+    return refusal(named() + ": the handle names " + std::to_string(bytes) + " bytes at " +
+                   hex(address) + ", outside its registered region (" +
+                   std::to_string(region.bytes) + " bytes at " + hex(region.address) +
+                   "): refused, nothing moved (an edited or corrupted handle?)");
+  }
   if (write && region.readOnly) return refusal(named() + " is read-only");
   std::uint64_t lease = nextLease_++;
-  leases_.emplace(lease, Lease{reader, id});
+  leases_.emplace(lease, Lease{.reader = reader, .region = id, .offset = offset});
   ++region.leases;
   Grant grant;
   grant.lease = lease;
-  grant.bytes = region.bytes;
+  grant.bytes = region.bytes - offset;
   grant.writable = !region.readOnly;
   grant.staged = region.staging != nullptr;
+  grant.address = region.address + offset;
   if (region.exposedOnHost) {
     grant.machine = machineId();
     grant.pid = static_cast<std::int32_t>(::getpid());
+    char* exposed = region.staging ? region.staging : region.base;
+    grant.memory = reinterpret_cast<std::uint64_t>(exposed) + offset;
   }
   return grant;
 }
@@ -304,11 +326,12 @@ std::pair<RdmaModule::Lease&, RdmaModule::Region&> RdmaModule::leasedRegion(std:
 
 char* RdmaModule::leased(std::uint64_t lease, std::uint64_t offset, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
-  Region& region = leasedRegion(lease).second;
-  if (offset > region.bytes || bytes > region.bytes - offset) {
+  auto [held, region] = leasedRegion(lease);
+  std::uint64_t covered = region.bytes - held.offset;  // acquire kept offset < bytes
+  if (offset > covered || bytes > covered - offset) {
     throw BufferError("RDMA: a chunk past the end of the buffer");
   }
-  return region.base + offset;
+  return region.base + held.offset + offset;
 }
 
 void RdmaModule::sendRevoke(Rank reader, std::uint64_t lease) {
@@ -326,7 +349,7 @@ void RdmaModule::peerLost(Rank peer, const std::string&) {
   {
     std::lock_guard lock(heldMutex_);
     std::erase_if(held_, [peer](const auto& entry) { return entry.first.first == peer; });
-    std::erase_if(cached_, [peer](const auto& entry) { return entry.first.first == peer; });
+    std::erase_if(cached_, [peer](const auto& entry) { return std::get<0>(entry.first) == peer; });
   }
   // As an owner: the lost reader's transfers end with it: whatever MPI still
   // does for them, no one waits for the bytes.

@@ -3,14 +3,17 @@
 // Owner side (rdma_module.cpp): the registrations of this proc's memory and
 // the rdma agent (a raw agent at the same system id on every proc) that
 // guards them. A transfer may start only under a lease that the agent grants after
-// checking the registration id (alive, not being dropped, the transfer fits,
-// writes allowed); a registration is detached from the MPI window only when
-// its last lease has ended (a drop revokes the leases readers hold, and
-// waits for their Release), so a dropped buffer can never be read or written
-// (why a lease and not a check word in the window: docs/rdma.md). Leases of
-// a reader that is lost end with it (peerLost); registrations of an actor
-// that stops are dropped with it (actorStopped), and all of them when the
-// proc stops.
+// checking the registration id (alive, not being dropped, writes allowed)
+// and the handle's address and size against the region (offset and length
+// within it: a handle is data anyone may have edited); the grant names where
+// the lease's bytes are (window displacement, address in the owner), and the
+// reader moves bytes there only, never at the handle's address. A
+// registration is detached from the MPI window only when its last lease has
+// ended (a drop revokes the leases readers hold, and waits for their
+// Release), so a dropped buffer can never be read or written (why a lease
+// and not a check word in the window: docs/rdma.md). Leases of a reader
+// that is lost end with it (peerLost); registrations of an actor that stops
+// are dropped with it (actorStopped), and all of them when the proc stops.
 //
 // Reader side (transfer.cpp): a lease (acquired on the first transfer of a
 // buffer, then held and reused by later transfers of it, so the steady state
@@ -43,6 +46,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -75,11 +79,16 @@ class RdmaModule final : public Proc::Module {
   Buffer registerMemory(void* data, std::size_t bytes, bool readOnly);
   /// Ends registration `id`; the future completes once it is detached.
   Future<void> dropLocal(std::uint64_t id, const std::string& why);
-  Grant acquire(Rank reader, std::uint64_t id, std::uint64_t bytes, bool write);
+  /// A lease on registration `id` for `bytes` bytes from the handle's
+  /// `address`, or a refusal when any of them lies outside the region.
+  Grant acquire(Rank reader, std::uint64_t id, std::uint64_t address, std::uint64_t bytes,
+                bool write);
   void release(std::uint64_t lease);
-  /// The memory behind a live lease (for the fallback's chunks and for a
-  /// reader on the owner's own proc; device memory when the buffer is on a
-  /// device: copy with copyMemory); throws BufferError when it is not one.
+  /// The memory behind a live lease, `offset` bytes past the lease's first
+  /// byte (for the fallback's chunks and for a reader on the owner's own
+  /// proc; device memory when the buffer is on a device: copy with
+  /// copyMemory); throws BufferError when it is not one, or when the bytes
+  /// reach past the region.
   char* leased(std::uint64_t lease, std::uint64_t offset, std::uint64_t bytes);
 
   // Owner side of staged device buffers (staging.cpp): the agent's answers.
@@ -127,6 +136,7 @@ class RdmaModule final : public Proc::Module {
   struct Lease {
     Rank reader = 0;
     std::uint64_t region = 0;
+    std::uint64_t offset = 0;     // of the lease's first byte in the region (< its bytes)
     std::size_t stagedReads = 0;  // the staging lock held under this lease
     bool stagedWrite = false;
   };
@@ -156,23 +166,32 @@ class RdmaModule final : public Proc::Module {
   MpiService* windowService() const;  // the MPI service when it has a window, else null
 
   // Reader side (transfer.cpp): the leases this proc holds.
+  // Only what the owner granted says where bytes go: a handle's address
+  // picks which lease (the owner checked it), never where the bytes move.
   struct Held {
     std::uint64_t region = 0;
-    std::uint64_t bytes = 0;
+    std::uint64_t handleAddress = 0;  // the handle's, as the owner checked it: the cache key
+    std::uint64_t bytes = 0;          // the grant's: the region's bytes from the lease's start
     bool writable = false;
     std::size_t inFlight = 0;  // transfers under it not yet ended
     bool revoked = false;
     bool cached = false;  // the one later transfers of its buffer reuse
     bool staged = false;  // its buffer is device memory behind a pinned mirror (Stage first)
     int pid = 0;          // the owner's pid when it runs on this machine (single copy), else 0
+    std::uint64_t address = 0;  // the grant's window displacement of the lease's first byte
+    std::uint64_t memory = 0;   // the grant's address of it in the owner (with pid)
   };
-  /// How the transfers under a held lease go.
+  /// How the transfers under a held lease go, and where: the owner's values.
   struct Route {
     std::uint64_t lease = 0;  // 0: no lease held covers the transfer
     bool staged = false;
     int pid = 0;
+    std::uint64_t address = 0;  // window displacement (MPI)
+    std::uint64_t memory = 0;   // address in the owner's process (a single copy, pid != 0)
   };
   using LeaseKey = std::pair<Rank, std::uint64_t>;  // (owner, lease): lease ids are the owner's
+  // (owner, region id, the handle's address) -> the lease later transfers reuse.
+  using CacheKey = std::tuple<Rank, std::uint64_t, std::uint64_t>;
   /// A held lease that covers the transfer, its inFlight counted (lease 0: none).
   Route reuse(const Buffer& buffer, std::size_t bytes, bool write);
   /// Under heldMutex_: how transfers go under `held`, lease `lease` of `owner`.
@@ -188,18 +207,20 @@ class RdmaModule final : public Proc::Module {
   void moveBytes(const Buffer& buffer, Route route, char* local, std::size_t bytes, bool write,
                  std::shared_ptr<crown::detail::FutureState<void>> user,
                  std::shared_ptr<Deadline> deadline);
-  /// The bytes to or from the owner's memory at `address`: local device
-  /// memory through a pinned bounce buffer unless MPI is CUDA-aware and
-  /// moves it; then hostMove. Completes once `local` is let go of.
-  Future<void> windowMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address, char* local,
+  /// The bytes to or from the owner's memory where `route` (the grant)
+  /// says: local device memory through a pinned bounce buffer unless MPI is
+  /// CUDA-aware and moves it; then hostMove. Completes once `local` is let go of.
+  Future<void> windowMove(MpiService& mpi, Rank owner, const Route& route, char* local,
                           std::size_t bytes, bool write, std::shared_ptr<std::atomic<bool>> stop);
-  /// A single copy when `pid` names the owner on this machine (on this
-  /// thread up to kInlineCopyBytes, else on the pool), else (or where the
-  /// kernel refuses) MPI_Rget/MPI_Rput on the window.
-  Future<void> hostMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address, char* local,
+  /// A single copy at route.memory when route.pid names the owner on this
+  /// machine (on this thread up to kInlineCopyBytes, else on the pool), else
+  /// (or where the kernel refuses) MPI_Rget/MPI_Rput at route.address. A
+  /// copy that meets no memory (EFAULT) fails alone, with BufferError.
+  Future<void> hostMove(MpiService& mpi, Rank owner, const Route& route, char* local,
                         std::size_t bytes, bool write, std::shared_ptr<std::atomic<bool>> stop);
-  /// The kernel refused a single copy to `owner`: MPI moves its bytes from now on.
-  void refuseCma(Rank owner);
+  /// The kernel refused a single copy to `owner` (EPERM: ptrace rules): MPI
+  /// moves its bytes from now on.
+  void refuseCma(Rank owner, int error);
   /// The end of a window transfer with `outcome` (null: it moved): an MPI
   /// refusal moves it over the fabric instead; else the lease goes back and
   /// the caller hears.
@@ -243,7 +264,7 @@ class RdmaModule final : public Proc::Module {
   std::atomic<std::uint64_t> fallbackTransfers_{0};
   mutable std::mutex heldMutex_;  // held_, cached_, inFlight_ (never taken with mutex_)
   std::map<LeaseKey, Held> held_;
-  std::map<std::pair<Rank, std::uint64_t>, std::uint64_t> cached_;  // (owner, region id) -> lease
+  std::map<CacheKey, std::uint64_t> cached_;
   std::set<Rank> cmaRefused_;  // owners the kernel would not let this process copy from
   std::size_t inFlight_ = 0;
   std::atomic<bool> warnedFallback_{false};

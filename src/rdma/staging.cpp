@@ -86,7 +86,8 @@ void RdmaModule::stage(const wire::Envelope& request, const Stage& stage) {
     std::lock_guard lock(mutex_);
     auto [lease, region] = leasedRegion(stage.lease);
     if (!region.staging) throw ProtocolError("RDMA: a Stage of a buffer that has no mirror");
-    if (stage.bytes > region.bytes) throw BufferError("RDMA: a Stage past the end of the buffer");
+    if (stage.bytes > region.bytes - lease.offset)
+      throw BufferError("RDMA: a Stage past the end of the buffer");
     StageRequest wanted{request, stage.lease, stage.bytes, stage.write};
     if (!tryStage(region, lease, stage.write)) {
       region.stageWaiting.push_back(std::move(wanted));
@@ -116,9 +117,10 @@ void RdmaModule::startStages(std::vector<StageRequest> start) {
         char *mirror = nullptr, *device = nullptr;
         {
           std::lock_guard lock(mutex_);  // a lost reader's lease ends with it
-          Region& region = leasedRegion(s.lease).second;
-          mirror = region.staging;
-          device = region.base;
+          auto [lease, region] = leasedRegion(s.lease);
+          // The lease's part of the region (stage() checked its bytes).
+          mirror = region.staging + lease.offset;
+          device = region.base + lease.offset;
         }
         // Under the read hold: no write can change the mirror meanwhile.
         device_->copy(mirror, device, s.bytes);
@@ -153,9 +155,10 @@ void RdmaModule::unstage(const wire::Envelope& request, const Unstage& unstage) 
         std::lock_guard lock(mutex_);
         auto [lease, region] = leasedRegion(unstage.lease);
         if (!lease.stagedWrite) throw ProtocolError("RDMA: an Unstage with no Stage");
-        if (unstage.bytes > region.bytes) throw BufferError("RDMA: an Unstage past the end");
-        mirror = region.staging;
-        device = region.base;
+        if (unstage.bytes > region.bytes - lease.offset)
+          throw BufferError("RDMA: an Unstage past the end");
+        mirror = region.staging + lease.offset;
+        device = region.base + lease.offset;
       }
       device_->copy(device, mirror, unstage.bytes);
     } catch (...) {
@@ -171,9 +174,8 @@ void RdmaModule::stagedMove(MpiService& mpi, const Buffer& buffer, Route route, 
   ActorId agent{buffer.owner(), agent_};
   MpiService* window = &mpi;
   std::uint64_t lease = route.lease;
-  int pid = route.pid;
   proc_->request<void>(agent, Stage{lease, bytes, write})
-      .then([this, window, buffer, lease, pid, local, bytes, write, user, deadline, release,
+      .then([this, window, buffer, lease, route, local, bytes, write, user, deadline, release,
              agent](Future<void> staged) {
         if (auto failure = errorOf(staged)) {  // nothing held: nothing to Unstage
           release();
@@ -189,8 +191,7 @@ void RdmaModule::stagedMove(MpiService& mpi, const Buffer& buffer, Route route, 
         if (!deadline->begin()) {  // the deadline passed while the lock was awaited
           return unstageThen(false, [release](Future<void>) { release(); });
         }
-        windowMove(*window, buffer.owner(), pid, buffer.address(), local, bytes, write,
-                   deadline->stop)
+        windowMove(*window, buffer.owner(), route, local, bytes, write, deadline->stop)
             .then([this, buffer, lease, local, bytes, write, user, deadline, release,
                    unstageThen](Future<void> moved) {
               std::exception_ptr outcome = errorOf(moved);

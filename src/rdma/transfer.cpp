@@ -93,7 +93,7 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
     moveBytes(buffer, route, mine, n, write, user, deadline);
     return Future<void>(user);
   }
-  Acquire acquire{buffer.id(), n, write, proc_->rank()};
+  Acquire acquire{buffer.id(), n, write, proc_->rank(), buffer.address()};
   auto grant = proc_->request<Grant>(ActorId{buffer.owner(), agent_}, acquire);
   grant.then([this, buffer, mine, n, write, user, deadline](Future<Grant> reply) {
     Grant granted;
@@ -111,7 +111,9 @@ Future<void> RdmaModule::transfer(const Buffer& buffer, void* local, std::size_t
 
 RdmaModule::Route RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, bool write) {
   std::lock_guard lock(heldMutex_);
-  auto it = cached_.find({buffer.owner(), buffer.id()});
+  // Keyed by the handle's address too: a handle that names another address
+  // asks the owner, who checks it, for a lease of its own.
+  auto it = cached_.find({buffer.owner(), buffer.id(), buffer.address()});
   if (it == cached_.end()) return {};
   Held& held = held_.at({buffer.owner(), it->second});
   if (held.revoked || bytes > held.bytes || (write && !held.writable)) return {};
@@ -121,7 +123,8 @@ RdmaModule::Route RdmaModule::reuse(const Buffer& buffer, std::size_t bytes, boo
 }
 
 RdmaModule::Route RdmaModule::routeOf(Rank owner, std::uint64_t lease, const Held& held) const {
-  return Route{lease, held.staged, cmaRefused_.contains(owner) ? 0 : held.pid};
+  return Route{lease, held.staged, cmaRefused_.contains(owner) ? 0 : held.pid, held.address,
+               held.memory};
 }
 
 RdmaModule::Route RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
@@ -131,11 +134,19 @@ RdmaModule::Route RdmaModule::hold(const Buffer& buffer, const Grant& grant) {
   bool here =
       singleCopy_ && grant.pid > 0 && !grant.machine.empty() && grant.machine == machineId();
   std::lock_guard lock(heldMutex_);
-  Held held{buffer.id(), grant.bytes, grant.writable, 1,
-            false,       false,       grant.staged,   here ? grant.pid : 0};
+  Held held{.region = buffer.id(),
+            .handleAddress = buffer.address(),
+            .bytes = grant.bytes,
+            .writable = grant.writable,
+            .inFlight = 1,
+            .staged = grant.staged,
+            .pid = here ? grant.pid : 0,
+            .address = grant.address,
+            .memory = grant.memory};
   // Two first transfers may race for a lease: the first one kept is reused,
   // the other ends with its transfer.
-  held.cached = cached_.emplace(std::make_pair(buffer.owner(), buffer.id()), grant.lease).second;
+  held.cached =
+      cached_.emplace(CacheKey{buffer.owner(), buffer.id(), buffer.address()}, grant.lease).second;
   held_.emplace(LeaseKey{buffer.owner(), grant.lease}, held);
   ++inFlight_;
   return routeOf(buffer.owner(), grant.lease, held);
@@ -150,7 +161,7 @@ void RdmaModule::endTransfer(Rank owner, std::uint64_t lease) {
     if (it == held_.end()) return;  // void already (the owner was lost)
     Held& held = it->second;
     if (--held.inFlight == 0 && (held.revoked || !held.cached)) {
-      if (held.cached) cached_.erase({owner, held.region});
+      if (held.cached) cached_.erase({owner, held.region, held.handleAddress});
       held_.erase(it);
       give = true;
     }
@@ -167,7 +178,7 @@ void RdmaModule::revoked(Rank owner, std::uint64_t lease) {
     Held& held = it->second;
     held.revoked = true;  // later transfers ask the owner again, who refuses
     if (held.cached) {
-      cached_.erase({owner, held.region});
+      cached_.erase({owner, held.region, held.handleAddress});
       held.cached = false;
     }
     if (held.inFlight == 0) {
@@ -233,7 +244,8 @@ void RdmaModule::moveBytes(const Buffer& buffer, Route route, char* local, std::
     return fallback(buffer, lease, local, bytes, write, user, deadline, release);
   }
   std::int64_t started = trace::on() ? trace::now() : 0;
-  windowMove(*mpi, owner, route.pid, buffer.address(), local, bytes, write, deadline->stop)
+  // Where the grant says, never buffer.address(): the handle is only data.
+  windowMove(*mpi, owner, route, local, bytes, write, deadline->stop)
       .then([this, buffer, lease, local, bytes, write, user, deadline, release,
              started](Future<void> done) {
         if (started != 0) traceTransfer(proc_->rank(), buffer, bytes, write, started);
@@ -241,12 +253,12 @@ void RdmaModule::moveBytes(const Buffer& buffer, Route route, char* local, std::
       });
 }
 
-Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address,
-                                    char* local, std::size_t bytes, bool write,
+Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, const Route& route, char* local,
+                                    std::size_t bytes, bool write,
                                     std::shared_ptr<std::atomic<bool>> stop) {
-  bool direct = pid == 0 && mpi.cudaAware();  // MPI moves device memory itself
+  bool direct = route.pid == 0 && mpi.cudaAware();  // MPI moves device memory itself
   if (direct || !device_ || !device_->isDevice(local)) {
-    return hostMove(mpi, owner, pid, address, local, bytes, write, stop);
+    return hostMove(mpi, owner, route, local, bytes, write, stop);
   }
   // Local device memory that neither MPI nor a single copy can reach:
   // through a pinned bounce buffer, freed once the move has let go of it.
@@ -256,11 +268,11 @@ Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, int pid, std::u
   if (write) {
     device_->copy(bounce.get(), local, bytes);
     // The continuation holds the bounce buffer until the move is done with it.
-    return hostMove(mpi, owner, pid, address, bounce.get(), bytes, write, stop)
+    return hostMove(mpi, owner, route, bounce.get(), bytes, write, stop)
         .then([bounce](Future<void> put) { put.get(); });
   }
   auto landed = std::make_shared<UserState>();
-  hostMove(mpi, owner, pid, address, bounce.get(), bytes, write, stop)
+  hostMove(mpi, owner, route, bounce.get(), bytes, write, stop)
       .then([this, bounce, local, bytes, landed](Future<void> got) {
         // Off the MPI service thread: a copy of many MiB must not hold it.
         pool_->post([this, bounce, local, bytes, landed, got]() mutable {
@@ -276,27 +288,46 @@ Future<void> RdmaModule::windowMove(MpiService& mpi, Rank owner, int pid, std::u
   return Future<void>(landed);
 }
 
-Future<void> RdmaModule::hostMove(MpiService& mpi, Rank owner, int pid, std::uint64_t address,
-                                  char* local, std::size_t bytes, bool write,
+Future<void> RdmaModule::hostMove(MpiService& mpi, Rank owner, const Route& route, char* local,
+                                  std::size_t bytes, bool write,
                                   std::shared_ptr<std::atomic<bool>> stop) {
+  std::uint64_t address = route.address;  // the owner's window displacement (its grant)
   auto overMpi = [&mpi, owner, address, local, bytes, write, stop] {
     return write ? mpi.windowPut(owner, address, local, bytes, stop)
                  : mpi.windowGet(owner, address, local, bytes, stop);
   };
-  if (pid == 0) return overMpi();
-  auto copy = [this, owner, pid, address, local, bytes, write, stop, overMpi]() -> Future<void> {
+  if (route.pid == 0) return overMpi();
+  auto copy = [this, owner, pid = route.pid, memory = route.memory, local, bytes, write, stop,
+               overMpi]() -> Future<void> {
+    CmaResult result;
     try {
-      if (cmaMove(pid, address, local, bytes, write, kCopyChunkBytes, *stop) ==
-          CmaOutcome::kRefused) {
-        refuseCma(owner);
-        return overMpi();
-      }
+      result = cmaMove(pid, memory, local, bytes, write, kCopyChunkBytes, *stop);
     } catch (const CmaPeerGone&) {
       return Future<void>::failed(std::make_exception_ptr(
           ProcessLost(owner, "", "its process is gone (seen by a single-copy RDMA transfer)")));
     }
-    ++singleCopyTransfers_;
-    return Future<void>::ready({});
+    switch (result.outcome) {
+      case CmaOutcome::kMoved:
+        ++singleCopyTransfers_;
+        return Future<void>::ready({});
+      case CmaOutcome::kRefused:  // this pair of processes, for good
+        refuseCma(owner, result.error);
+        return overMpi();
+      case CmaOutcome::kFailed:  // this copy alone (ENOMEM, ...): MPI moves it
+        log::get().debug("RDMA: a single copy from rank {} failed ({}); MPI moves it", owner,
+                         std::strerror(result.error));
+        return overMpi();
+      case CmaOutcome::kNoMemory:
+        // An address with no memory behind it, at either end: this
+        // transfer's error alone. Single copies stay on for the job.
+        return Future<void>::failed(std::make_exception_ptr(BufferError(
+            std::string("RDMA: a single copy ") + (write ? "to" : "from") + " rank " +
+            std::to_string(owner) +
+            " met no memory (EFAULT): the owner's registered memory was "
+            "unmapped before its drop, or the local memory is not this process's; nothing more "
+            "moved")));
+    }
+    return overMpi();
   };
   // Small copies on this thread: a hop to another would cost more than the
   // copy. Larger ones on the pool, so that the caller's future is a future.
@@ -307,7 +338,7 @@ Future<void> RdmaModule::hostMove(MpiService& mpi, Rank owner, int pid, std::uin
   return Future<void>(done);
 }
 
-void RdmaModule::refuseCma(Rank owner) {
+void RdmaModule::refuseCma(Rank owner, int error) {
   bool first = false;
   {
     std::lock_guard lock(heldMutex_);
@@ -315,9 +346,9 @@ void RdmaModule::refuseCma(Rank owner) {
   }
   if (first) {
     log::get().warn(
-        "RDMA: the kernel refuses process_vm_readv/writev to rank {} (ptrace rules?); "
+        "RDMA: the kernel refuses process_vm_readv/writev to rank {} ({}: ptrace rules?); "
         "its buffers move over MPI instead",
-        owner);
+        owner, std::strerror(error));
   }
 }
 

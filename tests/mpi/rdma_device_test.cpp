@@ -259,6 +259,34 @@ TEST_F(RdmaDeviceTest, WritesFromHostAndDeviceMemoryLandOnTheDevice) {
   EXPECT_EQ(holders_[2].call<std::uint64_t>(CheckOwn{42, 0, kBytes}).get(30s), 0u);
 }
 
+// Issue 43: a handle edited to name the second half of a device buffer
+// reaches that half only (the owner stages the lease's part of the mirror);
+// one that reaches past the buffer is refused before anything moves.
+TEST_F(RdmaDeviceTest, AHandleOnPartOfADeviceBufferReachesThatPartOnly) {
+  constexpr std::size_t kBytes = 1 << 20, kHalf = kBytes / 2;
+  rdma::Buffer whole = holders_[1].call<rdma::Buffer>(Publish{kBytes, 7}).get(30s);
+  auto part = [&](std::uint64_t offset, std::uint64_t bytes) {
+    return rdma::Buffer(whole.owner(), whole.ownerActor(), whole.address() + offset, bytes,
+                        whole.id(), whole.readOnly());
+  };
+  rdma::Buffer half = part(kHalf, kHalf);
+  std::vector<std::uint8_t> got(kHalf, 0);
+  half.readInto(got.data(), kHalf, 30s).get();
+  for (std::size_t i = 0; i < kHalf; ++i) ASSERT_EQ(got[i], patternAt(kHalf + i, 7)) << i;
+  std::vector<std::uint8_t> put(kHalf);
+  for (std::size_t i = 0; i < kHalf; ++i) put[i] = patternAt(kHalf + i, 55);
+  half.writeFrom(put.data(), kHalf, 30s).get();
+  EXPECT_EQ(holders_[1].call<std::uint64_t>(CheckOwn{55, kHalf, kHalf}).get(30s), 0u);
+  EXPECT_EQ(holders_[1].call<std::uint64_t>(CheckOwn{7, 0, kHalf}).get(30s), 0u);
+  rdma::Buffer past = part(kHalf, kBytes);
+  std::vector<std::uint8_t> into(kBytes, 0xEE);
+  EXPECT_THROW(past.readInto(into.data(), kBytes, 10s).get(), rdma::BufferError);
+  EXPECT_EQ(std::count(into.begin(), into.end(), 0xEE), static_cast<long>(kBytes));
+  EXPECT_THROW(past.writeFrom(into.data(), kBytes, 10s).get(), rdma::BufferError);
+  EXPECT_EQ(holders_[1].call<std::uint64_t>(CheckOwn{55, kHalf, kHalf}).get(30s), 0u);
+  EXPECT_EQ(holders_[1].call<std::uint64_t>(CheckOwn{7, 0, kHalf}).get(30s), 0u);
+}
+
 // The staging lock: a read overlapping writes of whole buffers of one value
 // sees one of those values in every byte, never the bytes of two.
 TEST_F(RdmaDeviceTest, AReadNeverSeesHalfAWrite) {

@@ -59,6 +59,54 @@ struct AskStats {
   template <class Archive>
   void serialize(Archive&, unsigned) {}
 };
+// Guarded memory (issue 43): an arena of kGuard bytes, the registered region,
+// kGuard bytes; guards and region filled with known bytes.
+constexpr std::size_t kGuard = 4096;
+constexpr std::size_t kRegion = 4096;
+struct PublishArena {
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+struct CheckArena {  // how many bytes of the arena differ from what it was filled with
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+struct TryTransfer {  // one transfer of `buffer`: "" when it moved, else the error's kind and text
+  rdma::Buffer buffer;
+  bool write = false;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& buffer& write;
+  }
+};
+
+std::uint8_t arenaAt(std::size_t i) {
+  return i < kGuard || i >= kGuard + kRegion ? 0xA5 : patternAt(i - kGuard, 17);
+}
+
+// Reads or writes `buffer` (from memory of 0xEE, or of 0x77), then says how
+// it went; a transfer that failed must have left that memory as it was.
+std::string tryTransfer(const rdma::Buffer& buffer, bool write) {
+  using namespace std::chrono_literals;
+  std::uint8_t fill = write ? 0x77 : 0xEE;
+  std::vector<std::uint8_t> local(buffer.size(), fill);
+  std::string outcome;
+  try {
+    if (write) {
+      buffer.writeFrom(local.data(), local.size(), 20s).get(30s);
+    } else {
+      buffer.readInto(local.data(), local.size(), 20s).get(30s);
+    }
+  } catch (const rdma::BufferError& e) {
+    outcome = std::string("BufferError: ") + e.what();
+  } catch (const std::exception& e) {
+    outcome = std::string("another error: ") + e.what();
+  }
+  if (outcome.empty()) return outcome;
+  if (std::count(local.begin(), local.end(), fill) != static_cast<long>(local.size()))
+    outcome += " (and the local memory changed)";
+  return outcome;
+}
 
 RdmaStats statsHere() {
   auto s = rdma::stats(Proc::current());
@@ -97,16 +145,31 @@ class Holder : public Actor {
     });
     handle<DropOwn>([this](const DropOwn&) { buffer_.drop().get(10s); });
     handle<AskStats>([](const AskStats&) { return statsHere(); });
+    handle<PublishArena>([this](const PublishArena&) {
+      arena_.resize(kGuard + kRegion + kGuard);
+      for (std::size_t i = 0; i < arena_.size(); ++i) arena_[i] = arenaAt(i);
+      arenaBuffer_ = rdma::Buffer::registerMemory(arena_.data() + kGuard, kRegion);
+      return arenaBuffer_;
+    });
+    handle<CheckArena>([this](const CheckArena&) {
+      std::uint64_t changed = 0;
+      for (std::size_t i = 0; i < arena_.size(); ++i) changed += arena_[i] != arenaAt(i);
+      return changed;
+    });
+    handle<TryTransfer>([](const TryTransfer& t) { return tryTransfer(t.buffer, t.write); });
   }
   // memory_ goes with the actor: its registration must end first, and any
   // transfer from it with it (buffer.h).
   ~Holder() override {
     if (buffer_.valid()) buffer_.dropBecause("dropped when its owner actor stopped").get(10s);
+    if (arenaBuffer_.valid()) arenaBuffer_.dropBecause("dropped with its owner").get(10s);
   }
 
  private:
   std::vector<std::uint8_t> memory_;
   rdma::Buffer buffer_;
+  std::vector<std::uint8_t> arena_;
+  rdma::Buffer arenaBuffer_;
 };
 
 // A single copy moves the bytes between ranks of one machine over the
@@ -263,6 +326,45 @@ TEST_F(RdmaTest, ATimeoutFailsTheTransferAndLeavesTheBufferUsable) {
   }
   handle.readInto(into.data(), into.size(), 60s).get();
   for (std::size_t i = 0; i < kBytes; i += 65521) ASSERT_EQ(into[i], patternAt(i, 8)) << i;
+}
+
+// Issue 43: a handle is data; one edited to name other memory of the owner
+// (next to its region, below it, unmapped, larger) is refused by the owner
+// with BufferError, and no byte of the guards around the region moves, from
+// another rank, from the controller or from the owner's own proc.
+TEST_F(RdmaTest, EditedHandlesMoveNoByteOutsideTheirRegion) {
+  rdma::Buffer good = holders_[1].call<rdma::Buffer>(PublishArena{}).get(30s);
+  auto edit = [&](std::uint64_t address, std::uint64_t bytes) {
+    return rdma::Buffer(good.owner(), good.ownerActor(), address, bytes, good.id(),
+                        good.readOnly());
+  };
+  std::vector<std::pair<std::string, rdma::Buffer>> edits = {
+      {"+4 KiB", edit(good.address() + kGuard, kRegion)},
+      {"-4 KiB", edit(good.address() - kGuard, kRegion)},
+      {"+1 byte", edit(good.address() + 1, kRegion)},
+      {"unmapped", edit(4096, kRegion)},
+      {"grown", edit(good.address(), kRegion + 1)},
+  };
+  auto singleCopies = statsHere().singleCopy;
+  for (const auto& [what, handle] : edits) {
+    for (bool write : {false, true}) {
+      std::string where = what + (write ? " write" : " read");
+      std::string here = tryTransfer(handle, write);
+      EXPECT_EQ(here.rfind("BufferError: ", 0), 0u) << where << " from the controller: " << here;
+      for (std::size_t rank : {1, 2}) {
+        std::string there = holders_[rank].call<std::string>(TryTransfer{handle, write}).get(60s);
+        EXPECT_EQ(there.rfind("BufferError: ", 0), 0u)
+            << where << " from rank " << rank << ": " << there;
+      }
+      EXPECT_EQ(holders_[1].call<std::uint64_t>(CheckArena{}).get(30s), 0u)
+          << where << ": bytes of the owner's arena changed";
+    }
+  }
+  // The real handle still moves, with single copies still on.
+  std::vector<std::uint8_t> into(kRegion);
+  good.readInto(into.data(), into.size(), 10s).get();
+  for (std::size_t i = 0; i < kRegion; ++i) ASSERT_EQ(into[i], arenaAt(kGuard + i)) << i;
+  EXPECT_EQ(statsHere().singleCopy - singleCopies, expectSingleCopy() ? 1u : 0u);
 }
 
 TEST_F(RdmaTest, ManyRegistrationsLeaveNothingBehind) {

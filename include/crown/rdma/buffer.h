@@ -10,7 +10,10 @@
 // transfer first asks the owner's rdma agent for a lease on the
 // registration id (docs/rdma.md): an id that was dropped is refused, and a
 // registration is detached only after its last lease ends, so a transfer
-// never touches memory that was dropped (no garbage, no crash).
+// never touches memory that was dropped (no garbage, no crash). The handle's
+// address and size are only a claim: the owner refuses a transfer outside
+// the registration the id names, and bytes move only where the owner's
+// grant says, so no handle, however edited, reaches other memory.
 //
 // Thread-safe: any thread of a proc with the rdma module (every proc that
 // crown's bootstrap makes) may register, transfer and drop. Futures complete
@@ -29,7 +32,9 @@
 namespace crown::rdma {
 
 /// A transfer refused by the owner: the buffer was dropped (or its owner
-/// actor stopped), or the request does not fit the registration.
+/// actor stopped), or the request does not fit the registration (a handle
+/// whose address and size lie outside it); or a single copy that met no
+/// memory (EFAULT), which fails that transfer alone.
 class BufferError : public Error {
  public:
   using Error::Error;
@@ -80,7 +85,9 @@ class Buffer {
   Rank owner() const { return owner_; }
   /// The local id of the actor that registered it (0: none, the proc itself).
   std::uint64_t ownerActor() const { return ownerActor_; }
-  /// Where the owner's window names the memory.
+  /// Where the owner's window named the memory when it was registered: the
+  /// handle's claim, which the owner checks against the registration (the
+  /// bytes move where the owner says, never here).
   std::uint64_t address() const { return address_; }
   std::size_t size() const { return static_cast<std::size_t>(bytes_); }
   std::uint64_t id() const { return id_; }
