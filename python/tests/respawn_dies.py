@@ -103,6 +103,14 @@ def main():
     outcome, took = reduce_over(workers, 2.0)
     print(f"allreduce between two workers: {outcome} in {took:.2f} s", flush=True)
     assert took < MARGIN_S, f"{took:.2f} s"
+    start = time.monotonic()
+    try:
+        procs.respawn_lost()
+        raise AssertionError("a second respawn started a process")
+    except _crown.CrownError as e:
+        took = time.monotonic() - start
+        print(f"a second respawn failed in {took:.2f} s: {e}", flush=True)
+        assert took < MARGIN_S and "MPI is unusable" in str(e), (took, e)
     replies = members.slice(ranks=slice(0, 3)).ping.call().get(timeout=20).values()
     print(f"actors still answer: {replies}", flush=True)
     print(f"main done at {time.monotonic():.3f}", flush=True)
