@@ -56,6 +56,7 @@ class _Owned(NamedTuple):
 
 _owned: Dict[int, _Owned] = {}  # mesh id -> who owns it (meshes spawned on this rank)
 _reported: Set[Tuple[int, int]] = set()  # (mesh id, rank): each member's death is told once
+_stopped: Dict[int, Set[int]] = {}  # mesh id -> its ranks stopped so far (a slice at a time)
 _lock = threading.Lock()
 # Held from a spawn's start until its owner is recorded (spawning()): a
 # constructor that fails at once reports before spawn() could call
@@ -108,6 +109,21 @@ def forget(local: int) -> None:
     """The whole mesh was stopped: nobody needs its owner any more."""
     with _lock:
         _owned.pop(local, None)
+        _stopped.pop(local, None)
+
+
+def members_stopped(local: int, ranks) -> None:
+    """ActorMesh.stop stopped the members of mesh `local` on `ranks`: once
+    every member has been, one slice or another, the owner forgets it."""
+    with _lock:
+        owned = _owned.get(local)
+        if owned is None:
+            return
+        stopped = _stopped.setdefault(local, set())
+        stopped.update(ranks)
+        if stopped >= set(owned.shape.ranks()):
+            _owned.pop(local, None)
+            _stopped.pop(local, None)
 
 
 def owned_by(owner: Optional[int]) -> List[int]:
@@ -127,13 +143,25 @@ def stop_mesh(local: int) -> None:
 
 def stop_owned(owner: Optional[int], ranks=None) -> None:
     """Stops the meshes that `owner` (an actor's local id here; None: the
-    controller) spawned on this rank: all of them, or with `ranks` those
-    whose every rank is among them."""
+    controller) spawned on this rank: all of them, or with `ranks` only their
+    members on those ranks (ProcMesh.stop of a slice), leaving the members
+    elsewhere serving. Members stopped before are not asked again."""
+    from .actor import ActorMesh
+
     with _lock:
-        meshes = [local for local, owned in _owned.items() if owned.owner == owner
-                  and (ranks is None or set(owned.shape.ranks()) <= ranks)]
-    for local in meshes:
-        stop_mesh(local)
+        meshes = []
+        for local, owned in _owned.items():
+            if owned.owner != owner:
+                continue
+            members = set(owned.shape.ranks()) - _stopped.get(local, set())
+            if ranks is not None:
+                members &= ranks
+            if members:
+                meshes.append((local, owned, sorted(members)))
+    for local, owned, members in meshes:
+        shape = (owned.shape if members == sorted(owned.shape.ranks())
+                 else _crown.Shape.of_ranks("ranks", members))
+        ActorMesh(shape, local, owned.cls, owned.name, owned.spawning).stop()
 
 
 def rank_lost(rank: int, host: str, cause: str) -> None:

@@ -37,7 +37,7 @@ import math
 import sys
 import threading
 import traceback
-from typing import Dict, Generic, List, Optional, TypeVar
+from typing import Dict, Generic, List, Optional, Set, TypeVar
 
 from . import _crown, _pickle, _placement, _runtime, _supervision
 from ._calls import Accumulator, EndpointRef
@@ -120,9 +120,11 @@ def _messages_lost(sender, rank, actor, count, first, last, message):
 class ProcMesh(_Sliceable):
     """Processes (ranks) with named dimensions."""
 
-    def __init__(self, shape: Shape, stopped: Optional[List[bool]] = None):
+    def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None):
         self._shape = shape
-        self._stopped = stopped if stopped is not None else [False]  # shared with its slices
+        # The ranks stop() was called on, shared with every slice of this mesh
+        # (and the mesh it was sliced from): a stop reaches exactly its ranks.
+        self._stopped = stopped if stopped is not None else set()
 
     def _with(self, shape):
         return ProcMesh(shape, self._stopped)
@@ -174,16 +176,19 @@ class ProcMesh(_Sliceable):
         return self._with(self._shape.replacing(dict(zip(lost, made))))
 
     def stop(self) -> Future:
-        """Stops every actor mesh that this owner (the controller, or the actor
-        whose endpoint runs this) spawned on these procs, each as
-        ActorMesh.stop does, and spawns on this ProcMesh (and its slices) fail
-        from then on. The processes themselves live on: the launcher started
-        them, and they serve other meshes until the job ends. Returns a done
-        Future (``await procs.stop()`` works)."""
+        """Stops the members on these procs of every actor mesh that this owner
+        (the controller, or the actor whose endpoint runs this) spawned, each
+        as ActorMesh.stop does (a mesh that also spans other procs keeps its
+        members there), and spawns on these ranks fail from then on, through
+        this ProcMesh or any mesh it was sliced from or sliced into; other
+        ranks of those meshes spawn and serve as before. The processes
+        themselves live on: the launcher started them, and they serve other
+        meshes until the job ends (a new ``crown.world()`` spawns there).
+        Returns a done Future (``await procs.stop()`` works)."""
+        ranks = set(self._shape.ranks())
         actor = _runtime.current_actor()
-        _supervision.stop_owned(actor[1] if actor is not None else None,
-                                set(self._shape.ranks()))
-        self._stopped[0] = True
+        _supervision.stop_owned(actor[1] if actor is not None else None, ranks)
+        self._stopped.update(ranks)
         return Future(lambda timeout: None)
 
     def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
@@ -195,12 +200,15 @@ class ProcMesh(_Sliceable):
         ``__supervise__``, or the controller's ``unhandled_fault_hook``);
         calls to that member raise SupervisionError with the original
         traceback. Wrong use (not an Actor subclass, arguments that cannot be
-        pickled, a stopped ProcMesh) raises here, before anything is sent."""
+        pickled, ranks of a stopped ProcMesh) raises here, before anything is
+        sent."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
-        if self._stopped[0]:
+        stopped = self._stopped.intersection(self._shape.ranks())
+        if stopped:
             raise RuntimeError(f"cannot spawn '{name}': this ProcMesh ({self._shape}) was "
-                               f"stopped (ProcMesh.stop)")
+                               f"stopped on ranks {sorted(stopped)} (ProcMesh.stop); a slice "
+                               f"without them spawns")
         _check_endpoint_kinds(cls)  # MixedEndpointsError, before anything is sent
         try:
             payload = _pickle.dumps((_construct, (name, cls, *args), kwargs))
@@ -299,13 +307,8 @@ class ActorMesh(_Sliceable, Generic[R]):
                                      _pickle.dumps((_runtime.STOP, (), {})))
         finishing.get()  # a member that is gone already has nothing left to finish
         _crown.stop_mesh(self._shape, self._local)
-        if self._shape.ranks() == self._spawned_ranks():
-            _supervision.forget(self._local)
+        _supervision.members_stopped(self._local, self._shape.ranks())
         return Future(lambda timeout: None)
-
-    def _spawned_ranks(self):
-        owned = _supervision.owned(self._local)
-        return owned.shape.ranks() if owned is not None else None
 
     def __reduce__(self):
         self._ready()  # whoever receives it may send to the members at once

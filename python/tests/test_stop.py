@@ -172,6 +172,84 @@ def test_proc_mesh_stop_stops_its_meshes_and_refuses_spawns():
     assert again.rank.call().get(timeout=WAIT).values() == [0, 1]
 
 
+def test_stopping_a_slice_leaves_disjoint_slices_and_the_parent_spawning():
+    # Issue 44, defect 3: stopping procs 1..2 stopped every slice of the mesh.
+    port, receiver = Channel.open()
+    procs = crown.world_flat()
+    whole = procs.spawn("whole", Tidy, port, "whole")
+    procs.slice(ranks=slice(1, 3)).stop().get(timeout=WAIT)
+    assert sorted(_drain(receiver, 2)) == [("whole", 1, None), ("whole", 2, None)]
+    # A disjoint slice and a slice of the parent outside the stopped ranks spawn and serve.
+    three = procs.slice(ranks=3).spawn("three", Tidy, port, "three")
+    assert three.rank.call_one().get(timeout=WAIT) == 3
+    zero = procs.slice(ranks=0).spawn("zero", Tidy, port, "zero")
+    assert zero.rank.call_one().get(timeout=WAIT) == 0
+    # The mesh spawned on the whole keeps serving on the ranks not stopped.
+    assert whole.slice(ranks=0).rank.call_one().get(timeout=WAIT) == 0
+    assert whole.slice(ranks=3).rank.call_one().get(timeout=WAIT) == 3
+    with pytest.raises(ActorStoppedError):
+        whole.slice(ranks=1).rank.call_one().get(timeout=WAIT)
+    # The parent names exactly the stopped ranks.
+    with pytest.raises(RuntimeError, match=r"was stopped on ranks \[1, 2\]"):
+        procs.spawn("again", Tidy, port, "again")
+    for mesh in (three, zero, whole.slice(ranks=0), whole.slice(ranks=3)):
+        mesh.stop().get(timeout=WAIT)
+    assert len(_drain(receiver, 4)) == 4
+
+
+def test_stopping_nested_slices():
+    port, receiver = Channel.open()
+    procs = crown.world_flat()
+    outer = procs.slice(ranks=slice(0, 3))
+    mesh = outer.spawn("nested", Tidy, port, "nested")
+    inner = outer.slice(ranks=slice(1, 3))  # ranks 1 and 2 (a slice indexes its own dimension)
+    inner.slice(ranks=1).stop().get(timeout=WAIT)  # the innermost first: only rank 2
+    assert _drain(receiver, 1) == [("nested", 2, None)]
+    assert mesh.slice(ranks=slice(0, 2)).rank.call().get(timeout=WAIT).values() == [0, 1]
+    assert inner.slice(ranks=0).spawn("n1", Tidy, port, "n1").rank.call_one().get(
+        timeout=WAIT) == 1
+    inner.stop().get(timeout=WAIT)  # then its parent slice: rank 1's members, rank 2 again harmless
+    assert sorted(_drain(receiver, 2)) == [("n1", 1, None), ("nested", 1, None)]
+    assert mesh.slice(ranks=0).rank.call_one().get(timeout=WAIT) == 0
+    assert outer.slice(ranks=0).spawn("n0", Tidy, port, "n0").rank.call_one().get(
+        timeout=WAIT) == 0
+    with pytest.raises(RuntimeError, match=r"was stopped on ranks \[1, 2\]"):
+        outer.spawn("again", Tidy, port, "again")
+    with pytest.raises(RuntimeError, match=r"was stopped on ranks \[2\]"):
+        inner.slice(ranks=1).spawn("again", Tidy, port, "again")
+    outer.stop().get(timeout=WAIT)  # the rest: rank 0's two members
+    assert sorted(_drain(receiver, 2)) == [("n0", 0, None), ("nested", 0, None)]
+    # Rank 3 was never in any stopped slice.
+    assert procs.slice(ranks=3).spawn("n3", Tidy, port, "n3").rank.call_one().get(
+        timeout=WAIT) == 3
+
+
+def test_a_slice_overlapping_a_stopped_one_fails_only_for_the_stopped_members():
+    port, receiver = Channel.open()
+    procs = crown.world_flat()
+    world_mesh = procs.spawn("overlap", Tidy, port, "overlap")
+    procs.slice(ranks=slice(1, 3)).stop().get(timeout=WAIT)
+    assert sorted(_drain(receiver, 2)) == [("overlap", 1, None), ("overlap", 2, None)]
+    overlapping = procs.slice(ranks=slice(2, 4))
+    with pytest.raises(RuntimeError, match=r"was stopped on ranks \[2\]"):
+        overlapping.spawn("over", Tidy, port, "over")
+    # Its member outside the stopped slice spawns; the mesh over the overlap
+    # serves on rank 3 and refuses on rank 2 only.
+    assert overlapping.slice(ranks=1).spawn("o3", Tidy, port, "o3").rank.call_one().get(
+        timeout=WAIT) == 3
+    answers = world_mesh.rank.call().value_mesh(timeout=WAIT)
+    assert [rank for rank, _ in answers.errors()] == [1, 2]
+    assert all(isinstance(error, ActorStoppedError) for _, error in answers.errors())
+    assert world_mesh.slice(ranks=slice(2, 4)).slice(ranks=1).rank.call_one().get(
+        timeout=WAIT) == 3
+    # Stopping the overlapping slice stops what is left there (rank 3), not rank 0.
+    overlapping.stop().get(timeout=WAIT)
+    assert sorted(_drain(receiver, 2)) == [("o3", 3, None), ("overlap", 3, None)]
+    assert world_mesh.slice(ranks=0).rank.call_one().get(timeout=WAIT) == 0
+    world_mesh.slice(ranks=0).stop().get(timeout=WAIT)
+    assert _drain(receiver, 1) == [("overlap", 0, None)]
+
+
 def test_run_refuses_an_unknown_controller_placement():
     with pytest.raises(ValueError, match="controller='shared'"):
         crown.run(lambda: None, controller="bogus")  # refused before anything runs
