@@ -1,6 +1,11 @@
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bootstrap/lifecycle.h"
 #include "crown/bootstrap/controller.h"
@@ -13,15 +18,33 @@ namespace {
 using namespace std::chrono_literals;
 
 // Tells every live worker to exit with `code` and waits for their acks, so
-// that none is still serving when rank 0 finalises.
-void shutDownWorkers(Proc& proc, int code) {
+// that none is still serving when rank 0 finalises. Returns the ranks that
+// did not acknowledge (lost meanwhile, or silent past the bound).
+std::vector<Rank> shutDownWorkers(Proc& proc, int code) {
   auto& lifecycle = detail::Lifecycle::of(proc);
   std::vector<Future<void>> acks;
+  std::vector<Rank> asked;
   detail::Shutdown shutdown{code, lifecycle.ranksLost()};
   for (Rank r = 1; r < proc.size(); ++r) {
-    if (proc.alive(r)) acks.push_back(proc.request<void>({r, lifecycle.agentId()}, shutdown));
+    if (proc.alive(r)) {
+      acks.push_back(proc.request<void>({r, lifecycle.agentId()}, shutdown));
+      asked.push_back(r);
+    }
   }
   detail::awaitAcks(acks, env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s), "shutdown");
+  std::vector<Rank> silent;
+  for (std::size_t i = 0; i < acks.size(); ++i) {
+    bool acknowledged = false;
+    if (acks[i].isReady()) {
+      try {
+        acks[i].get();
+        acknowledged = true;
+      } catch (const std::exception&) {
+      }
+    }
+    if (!acknowledged) silent.push_back(asked[i]);
+  }
+  return silent;
 }
 
 }  // namespace
@@ -38,25 +61,69 @@ int serveUntilShutdown(Runtime& runtime) {
 
 namespace {
 // Under mpirun --enable-recovery the launcher exits 0 whatever happened, so
-// crownrun asks the controller for the job's outcome through this file.
-void recordResult(int code) {
+// crownrun asks the controller for the job's outcome through this file: the
+// code on the first line (all an older crown wrote), then "lost RANK HOST"
+// for each rank lost, so that crownrun can name the hosts when it has to
+// end a launcher that waits on them for good (docs/crownrun.md). Written to
+// a neighbour and renamed, so that crownrun never reads half of it.
+void recordResult(int code, const std::vector<std::pair<Rank, std::string>>& lost) {
   const char* path = std::getenv("CROWN_RESULT_FILE");
   if (path == nullptr || *path == '\0') return;
-  if (std::FILE* file = std::fopen(path, "w")) {
-    std::fprintf(file, "%d\n", code);
-    std::fclose(file);
-  } else {
-    log::get().warn("cannot write the job's result to CROWN_RESULT_FILE={}", path);
+  std::string partial = std::string(path) + ".tmp";
+  bool written = false;
+  if (std::FILE* file = std::fopen(partial.c_str(), "w")) {
+    written = std::fprintf(file, "%d\n", code) > 0;
+    for (const auto& [rank, host] : lost) {
+      written = written && std::fprintf(file, "lost %u %s\n", static_cast<unsigned>(rank),
+                                        host.empty() ? "?" : host.c_str()) > 0;
+    }
+    written = std::fclose(file) == 0 && written;
+    written = written && std::rename(partial.c_str(), path) == 0;
+    if (!written) std::remove(partial.c_str());
   }
+  if (!written) log::get().warn("cannot write the job's result to CROWN_RESULT_FILE={}", path);
+}
+
+// The ranks that joined and are lost now.
+std::vector<Rank> lostRanks(Proc& proc) {
+  std::vector<Rank> lost;
+  for (Rank r = 1; r < proc.size(); ++r) {
+    if (proc.joined(r) && !proc.alive(r)) lost.push_back(r);
+  }
+  return lost;
+}
+
+// `ranks`, sorted, each with its host (one word).
+std::vector<std::pair<Rank, std::string>> withHosts(Proc& proc, std::vector<Rank> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::vector<std::pair<Rank, std::string>> named;
+  for (Rank r : ranks) {
+    std::string host = proc.host(r);
+    std::replace_if(
+        host.begin(), host.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); },
+        '_');
+    named.emplace_back(r, host);
+  }
+  return named;
 }
 }  // namespace
 
 void finishController(Runtime& runtime, int code) {
   if (runtime.finishing()) return;  // shut down already (crown.shutdown called twice)
-  recordResult(code);
   Proc& proc = runtime.proc();
+  std::vector<Rank> lost = lostRanks(proc);
+  recordResult(code, withHosts(proc, lost));  // now: whatever the shutdown does next
   detail::Lifecycle::of(proc).requestShutdown(code);  // from here on, links closing are expected
-  shutDownWorkers(proc, code);
+  std::vector<Rank> silent = shutDownWorkers(proc, code);
+  // A rank whose loss the controller had not seen yet (its heartbeats stop
+  // within the same bound as the acks) is named too, so that the file is
+  // complete before Runtime::finish, which may take a bound of its own.
+  // (Ranks that acknowledged and exited are not lost: none is taken from
+  // Proc::alive after the shutdown began.)
+  if (!silent.empty()) {
+    lost.insert(lost.end(), silent.begin(), silent.end());
+    recordResult(code, withHosts(proc, lost));
+  }
   runtime.finish(code);
 }
 

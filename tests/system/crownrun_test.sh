@@ -108,6 +108,64 @@ check "inside Slurm it launches with srun --mpi=pmix" 0 "^srun --mpi=pmix -n 2" 
 check "inside Slurm the preload goes through srun --export" 0 "^srun .*--export=ALL.?,LD_PRELOAD=[^ ]*libtcmalloc_minimal.so.4 true" -- \
   env PATH="$work/bin" SLURM_JOB_ID=7 SLURM_NTASKS=2 "$crownrun" -n 2 --dry-run true
 
+# The launcher outliving the controller's outcome (mpirun waiting on a cut
+# host's daemon, srun on a frozen task; issue 43): stand-in launchers that
+# write a result and then never end, even on TERM.
+mkdir -p "$work/hang"
+cat >"$work/hang/mpirun" <<'SH'
+#!/bin/bash
+echo $$ >"$HANG_PIDS"
+printf '%s' "$HANG_RESULT" >"$CROWN_RESULT_FILE"
+trap '' TERM INT HUP
+sleep 300 &
+echo $! >>"$HANG_PIDS"
+while :; do sleep 0.1; done
+SH
+chmod +x "$work/hang/mpirun"
+hang() {  # hang RESULT COMMAND...: runs COMMAND with the stand-in mpirun first on PATH
+  local result=$1
+  shift
+  env PATH="$work/hang:$PATH" HANG_PIDS="$work/hang.pids" HANG_RESULT="$result" \
+    CROWN_LAUNCHER_GRACE_MS=1000 "$@"
+}
+still_running() {  # fails when a stand-in's process outlived crownrun
+  local pid
+  sleep 0.2
+  for pid in $(cat "$work/hang.pids"); do
+    # a zombie is dead, waiting for its new parent to reap it
+    [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" == [^Z]* ]] && echo "left behind: $pid"
+  done
+  return 0
+}
+start=$SECONDS
+check "a launcher that outlives the controller is ended, naming the lost hosts" 1 \
+  "lost nodeb \(ranks 2 3\), nodec \(rank 5\); ending it" -- \
+  hang $'0\nlost 2 nodeb\nlost 3 nodeb\nlost 5 nodec\n' "$crownrun" -n 6 true
+check "... within the grace and the TERM-to-KILL bound" 0 "^$" -- \
+  bash -c "((SECONDS - $start <= 10)) || echo 'took too long'; exit 0"
+check "... leaving nothing behind" 0 "^$" -- still_running
+check "... with the controller's code when it is not 0" 3 "lost nodeb \(rank 2\)" -- \
+  hang $'3\nlost 2 nodeb\n' "$crownrun" -n 3 true
+check "... and the old one-number result" 4 "still running 1 s later; ending it" -- \
+  hang $'4\n' "$crownrun" -n 3 true
+check "a bad grace is refused" 2 "CROWN_LAUNCHER_GRACE_MS must be a number" -- \
+  env CROWN_LAUNCHER_GRACE_MS=soon "$crownrun" -n 2 true
+# A TERM to crownrun ends the launcher (no result: the controller never spoke).
+term_crownrun() {
+  env PATH="$work/hang:$PATH" HANG_PIDS="$work/hang.pids" HANG_RESULT="" "$crownrun" -n 2 true &
+  local pid=$! rc
+  for _ in $(seq 50); do [[ -s "$work/hang.pids" ]] && break; sleep 0.1; done
+  sleep 0.3
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  still_running
+  return $rc
+}
+rm -f "$work/hang.pids"
+check "a TERM to crownrun ends the launcher" 143 "signal TERM, ending the job" -- term_crownrun
+check "... leaving nothing behind" 0 "^$" -- still_running
+
 if ((failures)); then
   echo "crownrun_test: $failures failed"
   exit 1
