@@ -12,7 +12,6 @@ the victim's secrets, and in the first two cases no byte at all, reached
 it. Needs root (useradd, runuser, chown); makes and removes a second local
 user. Only 127.0.0.1 and Unix sockets the test makes are targets."""
 import os
-import pwd
 import secrets
 import shutil
 import socket
@@ -21,8 +20,9 @@ import sys
 import tempfile
 import time
 
+from other_user import OTHER_USER, other_user
+
 PYTHON = sys.executable
-OTHER_USER = "crown-test-other"
 
 # The impostor: runs as the other user; serves the old and new greetings
 # on every socket it is given, answers anything with forged stacks, and
@@ -235,25 +235,17 @@ def unproved_server(workdir, secret_script, secret):
 
 def main():
     check(os.geteuid() == 0, "needs root (useradd, runuser, chown)")
-    made_user = False
     workdir = tempfile.mkdtemp(prefix="crown-squat-test-")
     os.chmod(workdir, 0o755)
     try:
-        try:
-            pwd.getpwnam(OTHER_USER)
-        except KeyError:
-            subprocess.run(["useradd", "--no-create-home", OTHER_USER], check=True)
-            made_user = True
-        secret = "SECRET-" + secrets.token_hex(8)
-        script = write_secret_script(workdir, secret)
-        squatted_directory(workdir, script, secret)
-        foreign_socket(workdir, script)
-        unproved_server(workdir, script, secret)
+        with other_user():
+            secret = "SECRET-" + secrets.token_hex(8)
+            script = write_secret_script(workdir, secret)
+            squatted_directory(workdir, script, secret)
+            foreign_socket(workdir, script)
+            unproved_server(workdir, script, secret)
         print("debug_squat: PASS", flush=True)
     finally:
-        subprocess.run(["pkill", "-u", OTHER_USER], check=False)
-        if made_user:
-            subprocess.run(["userdel", OTHER_USER], check=False)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
