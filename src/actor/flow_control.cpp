@@ -176,6 +176,23 @@ void FlowControl::forgetActor(const wire::ActorId& id) {
   if (waiters_ > 0) roomFreed_.notify_all();
 }
 
+void FlowControl::release(const wire::ActorId& dest) {
+  std::vector<Credit> credits;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = handled_.begin(); it != handled_.end();) {
+      if (it->first.dest == dest) {
+        if (it->second.through > it->second.credited)
+          credits.push_back(take(it->second, it->first.sender, dest));
+        it = handled_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const Credit& credit : credits) sendCredit_(credit);
+}
+
 std::size_t FlowControl::entries() {
   std::lock_guard lock(mutex_);
   return windows_.size() + handled_.size();

@@ -105,6 +105,9 @@ class FlowControl {
   /// Actor `destLocal` stopped on `ranks` (all, when null): a stopped mesh
   /// or slice. Its windows go.
   void forgetDestination(std::uint64_t destLocal, const std::vector<std::size_t>* ranks = nullptr);
+  /// Destination `dest` (a closed port) takes nothing more: what it handled
+  /// and has not credited is credited now, and its counts go.
+  void release(const wire::ActorId& dest);
   /// Windows and counts held (tests of pruning).
   std::size_t entries();
 

@@ -9,6 +9,7 @@
 
 #include "actor/flow_control.h"
 #include "actor/mailbox.h"
+#include "actor/port_hub.h"
 #include "actor/proc_agent.h"
 #include "actor/request_table.h"
 #include "actor/router.h"
@@ -46,6 +47,7 @@ struct Proc::Impl {
   detail::FlowControl flow;
   detail::Mailboxes mailboxes;
   detail::Router router;
+  std::shared_ptr<detail::PortHub> ports;  // port.h: shared with receivers and handles
   std::vector<std::unique_ptr<Module>> owned;
   std::vector<Module*> modules;
   std::atomic<std::uint64_t> nextLocal{kFirstActorLocalId};
@@ -76,7 +78,15 @@ struct Proc::Impl {
               router.reply(request, kind, std::move(type), std::move(payload));
             },
             flow),
-        router(options.rank, options.size, *transport, requests, mailboxes) {}
+        router(options.rank, options.size, *transport, requests, mailboxes),
+        ports(std::make_shared<detail::PortHub>(
+            options.rank, requests, flow, router, [this] { return senderId(); },
+            [this, self = &proc](Rank rank) {
+              return requests.exists(rank) ? lostError(*self, rank, "lost earlier")
+                                           : std::make_exception_ptr(ConfigError(
+                                                 "rank " + std::to_string(rank) +
+                                                 " does not exist (a vacant slot)"));
+            })) {}
 
   ActorId senderId() const {
     Actor* actor = detail::runningActor();
@@ -155,6 +165,7 @@ struct Proc::Impl {
     log::get().debug("link to rank {} lost: {}", peer, reason);
     auto error = lostError(proc, peer, reason);
     for (auto& complete : requests.markLost(peer)) complete(Outcome{error, {}, {}});
+    ports->peerLost(peer, error);
     flow.peerLost(peer);
     for (Module* module : modules) module->peerLost(peer, reason);
   }
@@ -173,6 +184,9 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
   impl->mailboxes.host(std::make_unique<detail::ProcAgent>(
                            *this, [impl](const LostMessages& lost) { impl->onLostMessages(lost); }),
                        kAgentLocalId, "proc-agent");
+  impl->requests.setPortOrphan([impl](const Envelope& envelope, std::size_t bytes) {
+    impl->ports->orphan(envelope, bytes);
+  });
   SystemIds ids;
   impl->router.setRawAgent(kFlowAgentLocalId, [impl](Envelope&& envelope, wire::Bytes&& payload) {
     impl->onFlowMessage(envelope, payload);
@@ -214,6 +228,7 @@ Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
 
 Proc::~Proc() {
   stop(std::chrono::milliseconds(0));
+  impl_->ports->detach();  // receivers and handles may outlive this Proc
   impl_->mailboxes.destroyActors();  // while every part of this Proc lives
   Proc* self = this;
   g_firstProc.compare_exchange_strong(self, nullptr);
@@ -378,9 +393,16 @@ void Proc::failLocal(std::uint64_t local, const ActorFailed& death) {
 
 void Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death) {
   CROWN_CHECK(local != kAgentLocalId, "the proc agent cannot be stopped");
+  auto held = impl_->ports->holdsOf(local);  // its handles may go with it in remove()
   if (!impl_->mailboxes.remove(local, death)) return;
   impl_->sequencer.forgetSender({impl_->options.rank, local});
   impl_->flow.forgetActor({impl_->options.rank, local});
+  // DLV-1: its ports fail, and the ports it held hear it went (port.h).
+  auto gone = death ? detail::toException(*death)
+                    : std::make_exception_ptr(ActorStopped(
+                          "actor " + wire::toString({impl_->options.rank, local}) + " stopped"));
+  impl_->ports->ownerGone(local, gone);
+  impl_->ports->holderGone(held, gone);
   for (Module* module : impl_->modules) module->actorStopped(local);
 }
 
@@ -408,6 +430,15 @@ void Proc::stop(std::chrono::milliseconds flushTimeout) {
   if (impl_->options.stopsPool) impl_->options.pool->stop();
   auto error = std::make_exception_ptr(Error("crown is shutting down"));
   for (auto& complete : impl_->requests.takeAll()) complete(Outcome{error, {}, {}});
+  impl_->ports->shutdown(error);
 }
+
+PortReceiver Proc::openPort(PortMode mode, std::vector<Rank> watched) {
+  return impl_->ports->open(mode, std::move(watched));
+}
+
+PortHandle Proc::holdPort(const PortRef& port) { return impl_->ports->hold(port); }
+
+std::size_t Proc::openPorts() const { return impl_->requests.ports(); }
 
 }  // namespace crown

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "actor/port_hub.h"
 #include "crown/actor/failure.h"
 
 namespace crown::detail {
@@ -96,6 +97,71 @@ std::vector<Completion> RequestTable::takeAll() {
   for (auto& [id, pending] : pending_) all.push_back(std::move(pending.complete));
   pending_.clear();
   return all;
+}
+
+std::vector<Rank> RequestTable::addPort(std::shared_ptr<PortState> port,
+                                        const std::vector<Rank>& watched) {
+  std::vector<Rank> absent;
+  std::lock_guard lock(mutex_);
+  for (Rank rank : watched)
+    if (rank >= state_.size() || state_[rank] != State::kPresent) absent.push_back(rank);
+  std::uint64_t id = port->ref().id;
+  ports_.emplace(id, std::move(port));
+  return absent;
+}
+
+void RequestTable::removePort(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  ports_.erase(id);
+}
+
+void RequestTable::toPort(wire::Envelope&& envelope, wire::Bytes&& payload) {
+  std::shared_ptr<PortState> port;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = ports_.find(envelope.requestId); it != ports_.end()) port = it->second;
+  }
+  // Outside the table's lock: a port takes its own (lock order: table, port).
+  if (port && port->ref().owner == envelope.dest) {
+    port->deliver(std::move(envelope), std::move(payload));
+  } else if (orphan_) {
+    orphan_(envelope, payload.size());
+  }
+}
+
+std::vector<std::shared_ptr<PortState>> RequestTable::portsWatching(Rank peer) const {
+  std::vector<std::shared_ptr<PortState>> found;
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, port] : ports_)
+    if (port->watches(peer)) found.push_back(port);
+  return found;
+}
+
+std::vector<std::shared_ptr<PortState>> RequestTable::takePortsOf(std::uint64_t ownerLocal) {
+  std::vector<std::shared_ptr<PortState>> taken;
+  std::lock_guard lock(mutex_);
+  for (auto it = ports_.begin(); it != ports_.end();) {
+    if (it->second->ref().owner.local == ownerLocal) {
+      taken.push_back(std::move(it->second));
+      it = ports_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return taken;
+}
+
+std::vector<std::shared_ptr<PortState>> RequestTable::takePorts() {
+  std::vector<std::shared_ptr<PortState>> taken;
+  std::lock_guard lock(mutex_);
+  for (auto& [id, port] : ports_) taken.push_back(std::move(port));
+  ports_.clear();
+  return taken;
+}
+
+std::size_t RequestTable::ports() const {
+  std::lock_guard lock(mutex_);
+  return ports_.size();
 }
 
 }  // namespace crown::detail

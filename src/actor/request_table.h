@@ -1,12 +1,17 @@
 // RequestTable: the requests of one Proc that wait for their replies, and
 // the peers known to be lost. DLV-1 is kept here: a request ends with its
 // reply, or fails when its peer is lost (markLost), when it is cancelled
-// (a caller's timeout), or at shutdown (takeAll). Thread-safe.
+// (a caller's timeout), or at shutdown (takeAll). Ports (crown/actor/port.h)
+// are entries too: they end with their owner (takePortsOf), at shutdown
+// (takePorts), and hear of a watched rank lost (portsWatching), under the
+// same lock as the lost marks (addPort). Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -14,6 +19,8 @@
 #include "crown/actor/proc.h"
 
 namespace crown::detail {
+
+class PortState;  // port_hub.h
 
 class RequestTable {
  public:
@@ -46,6 +53,23 @@ class RequestTable {
   /// Hands back every waiting request's completion (shutdown).
   std::vector<Completion> takeAll();
 
+  /// Registers a port under its id; hands back the watched ranks already
+  /// lost or vacant (the caller reports them to the port).
+  std::vector<Rank> addPort(std::shared_ptr<PortState> port, const std::vector<Rank>& watched);
+  void removePort(std::uint64_t id);
+  /// A port frame: to its open port, else to the orphan hook (FLO-1 credit).
+  void toPort(wire::Envelope&& envelope, wire::Bytes&& payload);
+  void setPortOrphan(std::function<void(const wire::Envelope&, std::size_t)> orphan) {
+    orphan_ = std::move(orphan);
+  }
+  /// Open ports watching `peer` (call after markLost(peer)).
+  std::vector<std::shared_ptr<PortState>> portsWatching(Rank peer) const;
+  /// Takes the ports that actor `ownerLocal` owns (it stopped or died).
+  std::vector<std::shared_ptr<PortState>> takePortsOf(std::uint64_t ownerLocal);
+  /// Takes every open port (shutdown).
+  std::vector<std::shared_ptr<PortState>> takePorts();
+  std::size_t ports() const;
+
  private:
   struct Pending {
     Rank dest = 0;
@@ -59,6 +83,8 @@ class RequestTable {
   // before its peer is marked lost (and failed by markLost) or sees the mark.
   mutable std::mutex mutex_;
   std::unordered_map<std::uint64_t, Pending> pending_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<PortState>> ports_;
+  std::function<void(const wire::Envelope&, std::size_t)> orphan_;  // set before start
   std::vector<State> state_;  // by rank
   std::atomic<std::uint64_t> nextId_{1};
 };

@@ -42,6 +42,11 @@ void Router::deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwor
     case MessageKind::kFailure:
       requests_.answer(std::move(envelope), std::move(payload));
       return;
+    case MessageKind::kPortValue:  // to a port: an entry of the table (port.h)
+    case MessageKind::kPortError:
+    case MessageKind::kPortDrop:
+      requests_.toPort(std::move(envelope), std::move(payload));
+      return;
     case MessageKind::kHeartbeat:  // consumed by the transport; never reach here
     case MessageKind::kNotice:
       return;

@@ -1,6 +1,7 @@
 // Router: where a message of one Proc goes. Out: to a local mailbox or raw
 // agent when the destination is this rank, else to the transport. In: a
-// reply ends its request (RequestTable), a message to a raw agent runs it
+// reply ends its request (RequestTable), a port frame goes to its port (an
+// entry of the RequestTable too: port.h), a message to a raw agent runs it
 // on the delivering thread, any other goes to its actor's mailbox. Messages
 // to actors are numbered for ORD-1 by the Proc; raw agents take theirs unnumbered.
 // Thread-safe once started (the raw agents are fixed by then).

@@ -22,6 +22,7 @@
 
 #include "crown/actor/actor.h"
 #include "crown/actor/future.h"
+#include "crown/actor/port.h"
 #include "crown/common/executor.h"
 #include "crown/transport/transport.h"
 
@@ -179,6 +180,16 @@ class Proc {
   void send(const ActorId& dest, const Msg& message) {
     sendRaw(dest, wire::messageName<Msg>(), wire::toBytes(message));
   }
+
+  /// Opens a port (port.h) owned by the running actor (else by this proc,
+  /// {rank, 0}): it fails when that actor stops or dies, or at shutdown,
+  /// and reports each of `watched` (kPerMember: its members) that is lost.
+  PortReceiver openPort(PortMode mode, std::vector<Rank> watched = {});
+  /// This proc's hold on `port`, shared by every handle to it here, held by
+  /// the running actor (else by this proc).
+  PortHandle holdPort(const PortRef& port);
+  /// Ports open on this proc.
+  std::size_t openPorts() const;
 
   /// Hosts `actor` on this rank under `name`.
   ActorId spawnLocal(std::unique_ptr<Actor> actor, std::string name);

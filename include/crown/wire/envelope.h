@@ -35,6 +35,12 @@ enum class MessageKind : std::uint8_t {
   /// A link's last word before it closes, consumed by the transport: `type`
   /// says which (kNoticeBadFrame, kNoticeDeparting), the payload says why.
   kNotice = 5,
+  /// Port frames (actor/port.h): `dest` is the port's owner, `requestId` the
+  /// port's id, `sender.local` the sending handle (FLO-1's sender, with
+  /// kPortFlowBit), `seq` its count for flow control (0: not counted).
+  kPortValue = 6,  ///< a value sent to a port
+  kPortError = 7,  ///< an error in place of a value: payload is a RemoteFailure
+  kPortDrop = 8,   ///< the holder dropped the port or died: payload is a RemoteFailure
 };
 
 /// The far side refused a frame from this side and closes the link: the
