@@ -14,5 +14,6 @@ void bindPayload(pybind11::module_& m);  // py_payload.h
 void bindTensor(pybind11::module_& m);
 void bindTensorFastRecord(pybind11::module_& m);  // tensor_fast_record.cpp
 void bindRdma(pybind11::module_& m);
+void bindPort(pybind11::module_& m);  // bind_port.cpp
 
 }  // namespace crown::python

@@ -12,4 +12,5 @@ PYBIND11_MODULE(_crown, m) {
   crown::python::bindTensor(m);
   crown::python::bindTensorFastRecord(m);
   crown::python::bindRdma(m);
+  crown::python::bindPort(m);
 }
