@@ -13,7 +13,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from . import _crown, _pickle, _runtime, _supervision
-from ._endpoints import Actor, ActorError, ActorStoppedError, _outcome, _unpicklable, endpoint
+from ._endpoints import (Actor, ActorError, ActorStoppedError, _entry_error, _outcome, _unpicklable,
+                         endpoint)
 from ._values import Future
 
 if TYPE_CHECKING:
@@ -27,9 +28,14 @@ SupervisionError = _crown.SupervisionError
 
 # Channels: a Port is a picklable address that actors send values to; its
 # PortReceiver, on the process that opened the channel, receives them in
-# order. One port actor per process (spawned by the first Channel.open there)
-# routes every value by port id to its receiver's queue.
-_receivers: Dict[int, "queue.Queue"] = {}  # port id -> the open receiver's queue
+# order. Both are native ports (crown/actor/port.h): an entry of this
+# process's request table, so the receiver fails with its owner (DLV-1) and
+# a stream port's senders wait for its receiver (FLO-1).
+#
+# A ported endpoint's reply port (_ReplyPort, _PortedReplies) still goes
+# through one port actor per process (spawned by the first ported call
+# there), which routes every value by port id to its waiter's queue.
+_receivers: Dict[int, "queue.Queue"] = {}  # port id -> a reply port's queue
 _next_port = itertools.count(1)
 _port_lock = threading.Lock()
 _port_actor: Optional[int] = None  # the port actor's local id, once spawned
@@ -66,7 +72,7 @@ def _port_actor_id() -> int:
 
 def open_ports() -> int:
     """How many PortReceivers this process holds open (for tests and leak hunts)."""
-    return len(_receivers)
+    return _crown.open_ports() + len(_receivers)
 
 
 class _Failed:
@@ -88,7 +94,40 @@ class _Died:
 class Port(Generic[R]):
     """Where a channel's values go: ``port.send(value)`` from any actor or the
     controller; ``port.exception(error)`` makes the receiver's get() raise it.
-    Picklable, so it travels inside messages."""
+    Picklable, so it travels inside messages: unpickled in an actor, it is
+    held there, and its receiver hears if that actor stops or dies."""
+
+    def __init__(self, handle: "_crown.PortHandle"):
+        self._handle = handle
+
+    def _post(self, item, what: str) -> None:
+        try:
+            parts = _pickle.dumps_parts(item)
+        except TypeError as e:
+            raise _unpicklable(e, what, (item,), {}) from None
+        self._handle.send(*parts)
+
+    def send(self, value) -> None:
+        """One-way: nothing waits (but a sender far ahead of the receiver
+        waits for it: FLO-1); a value for a closed port is dropped."""
+        self._post(value, "Port.send()")
+
+    def exception(self, error: BaseException) -> None:
+        """Sends an exception instead of a value (Monarch's Port.exception):
+        the receiver's get() raises it (a plain channel's receiver raises the
+        exception itself when it unpickles there, else an ActorError with its
+        text); an endpoint's caller gets ActorError, the exception as its
+        ``__cause__``, with the traceback where it was raised."""
+        if not isinstance(error, BaseException):
+            raise TypeError(f"Port.exception() takes an exception, not {type(error).__name__}")
+        self._post(_Failed(_crown.rank(), _runtime.raised_body(error)), "Port.exception()")
+
+    def __reduce__(self):
+        return (Port, (self._handle,))
+
+
+class _ActorPort(Port):
+    """A reply port through this process's port actor (_PortedReplies)."""
 
     _quiet = False  # whether a value for a closed port is dropped without a warning
 
@@ -106,26 +145,11 @@ class Port(Generic[R]):
             raise _unpicklable(e, what, (item,), {}) from None
         _crown.send(self._rank, self._local, *parts)
 
-    def send(self, value) -> None:
-        """One-way: nothing waits; a value for a closed port is dropped (and
-        logged on the receiver's rank)."""
-        self._post(value, "Port.send()")
-
-    def exception(self, error: BaseException) -> None:
-        """Sends an exception instead of a value (Monarch's Port.exception):
-        the receiver's get() raises it (a plain channel's receiver raises the
-        exception itself when it unpickles there, else an ActorError with its
-        text); an endpoint's caller gets ActorError, the exception as its
-        ``__cause__``, with the traceback where it was raised."""
-        if not isinstance(error, BaseException):
-            raise TypeError(f"Port.exception() takes an exception, not {type(error).__name__}")
-        self._post(_Failed(_crown.rank(), _runtime.raised_body(error)), "Port.exception()")
-
     def __reduce__(self):
-        return (Port, (self._rank, self._local, self._port_id))
+        return (_ActorPort, (self._rank, self._local, self._port_id))
 
 
-class _ReplyPort(Port):
+class _ReplyPort(_ActorPort):
     """The port a ported endpoint's caller waits on (_PortedReplies). Each
     value goes with the member that sends it (the rank where the port first
     arrived), since a cast's members all get the same port."""
@@ -150,7 +174,7 @@ def _reply_port(rank: int, local: int, port_id: int, member: Optional[int]) -> _
     return _ReplyPort(rank, local, port_id, _crown.rank() if member is None else member)
 
 
-class _DroppingPort(Port):
+class _DroppingPort(_ActorPort):
     """A broadcast's port (Monarch's DroppingPort): nobody waits, so values
     are dropped, and an exception sent to it is raised where it is sent, so
     that it kills the actor as any failed one-way call does."""
@@ -363,14 +387,11 @@ class _PortedReplies:
 
 class PortReceiver(Generic[R]):
     """The receiving end of a channel. Closing it, or dropping the last
-    reference to it, closes the port."""
+    reference to it, closes the port. It fails with the actor that opened
+    it (ActorStoppedError, SupervisionError), as a call does."""
 
-    def __init__(self, port_id: int):
-        self._port_id = port_id
-        self._queue: "queue.Queue" = queue.Queue()
-        _receivers[port_id] = self._queue
-        self._forget = weakref.finalize(self, _receivers.pop, port_id, None)
-        self._forget.atexit = False
+    def __init__(self, receiver: "_crown.PortReceiver"):
+        self._receiver = receiver
 
     def recv(self) -> Future[R]:
         """The next value sent to the port, as a Future (Monarch's):
@@ -380,9 +401,15 @@ class PortReceiver(Generic[R]):
 
     def _take(self, timeout: Optional[float]):
         try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
+            entry = self._receiver.next(timeout)
+        except TimeoutError:
             raise TimeoutError(f"nothing arrived at the port within {timeout} s") from None
+        if entry is None:
+            raise _crown.CrownError("the port is closed, and every value sent before was read")
+        rank, payload, failure = entry
+        if failure is not None:  # its sender stopped or died holding it
+            raise _entry_error(failure, "port", "send", rank)
+        item = _pickle.loads(payload)
         if isinstance(item, _Failed):  # Port.exception: raised here, as Monarch's is
             error = item.error("port")
             raise error.exception if error.exception is not None else error
@@ -390,7 +417,7 @@ class PortReceiver(Generic[R]):
 
     def close(self) -> None:
         """Later values sent to the port are dropped; those already here can still be read."""
-        self._forget()
+        self._receiver.close()
 
 
 class Channel(Generic[R]):
@@ -399,7 +426,7 @@ class Channel(Generic[R]):
 
     @staticmethod
     def open() -> Tuple[Port[R], PortReceiver[R]]:
-        """A new (Port, PortReceiver) pair whose receiver lives in this process."""
-        local = _port_actor_id()
-        port_id = next(_next_port)
-        return Port(_crown.rank(), local, port_id), PortReceiver(port_id)
+        """A new (Port, PortReceiver) pair whose receiver lives in this process
+        (owned by the running actor, else by this process)."""
+        receiver = _crown.open_port("stream")
+        return Port(receiver.port()), PortReceiver(receiver)

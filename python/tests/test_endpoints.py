@@ -137,6 +137,59 @@ def test_port_exception_on_a_plain_channel_raises_it_at_the_receiver():
     assert receiver.recv().get(timeout=WAIT) == 7
 
 
+class Keeper(Actor):
+    """Holds channels' ports, and pours values into them."""
+
+    def __init__(self):
+        self.kept = []
+
+    @endpoint
+    def keep(self, port):
+        self.kept.append(port)
+
+    @endpoint
+    def pour(self, port, count):
+        for i in range(count):
+            port.send(i)
+
+    @endpoint
+    def open(self):
+        port, self.receiver = Channel.open()
+        return port
+
+
+def test_a_hundred_thousand_values_through_one_channel_arrive_in_order():
+    keeper = crown.world_flat().spawn("pourer", Keeper)
+    port, receiver = Channel.open()
+    count = 100_000
+    poured = keeper.slice(ranks=3).pour.call_one(port, count)
+    for i in range(count):
+        assert receiver.recv().get(timeout=WAIT) == i
+    poured.get(timeout=WAIT)
+    keeper.stop()
+
+
+def test_a_channel_hears_at_once_when_an_actor_holding_its_port_stops():
+    keeper = crown.world_flat().spawn("keeper", Keeper)
+    port, receiver = Channel.open()
+    keeper.slice(ranks=2).keep.call_one(port).get(timeout=WAIT)
+    with pytest.raises(TimeoutError):
+        receiver.recv().get(timeout=0.2)  # held, nothing sent
+    start = time.monotonic()
+    keeper.stop()
+    with pytest.raises(ActorStoppedError):
+        receiver.recv().get(timeout=WAIT)
+    assert time.monotonic() - start < 2  # no probe interval
+
+
+def test_a_channel_fails_when_the_actor_that_opened_it_stops():
+    keeper = crown.world_flat().spawn("opener", Keeper)
+    port = keeper.slice(ranks=1).open.call_one().get(timeout=WAIT)
+    port.send("before")  # reaches the keeper's receiver
+    keeper.stop()
+    port.send("after")  # dropped: the port is gone with its owner, and nothing waits
+
+
 def test_an_exception_escaping_an_explicit_port_endpoint_kills_the_actor(faults):
     deferred = crown.world_flat().spawn("ported_crash", Deferred)
     start = time.monotonic()

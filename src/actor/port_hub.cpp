@@ -148,16 +148,20 @@ void PortState::fail(const std::exception_ptr& error) {
 }
 
 void PortState::close() {
-  std::deque<QueuedItem> dropped;
+  std::vector<QueuedItem> credits;  // what is queued stays to be taken, credited now
   {
     std::lock_guard lock(mutex_);
     if (closed_) return;
     closed_ = true;
-    dropped.swap(queue_);
+    for (QueuedItem& queued : queue_) {
+      if (queued.seq == 0) continue;
+      credits.push_back(QueuedItem{{}, queued.flowSender, queued.seq, queued.bytes});
+      queued.seq = 0;
+    }
     ready_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
-  for (const QueuedItem& queued : dropped) hub_->consumed(ref_.id, queued);
+  for (const QueuedItem& queued : credits) hub_->consumed(ref_.id, queued);
   hub_->ended(ref_.id, ref_.mode == PortMode::kStream);
 }
 

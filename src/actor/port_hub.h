@@ -53,7 +53,7 @@ class PortState {
   void lost(Rank rank, const std::exception_ptr& error);
   /// The owner went, or the proc shuts down: next() throws `error`.
   void fail(const std::exception_ptr& error);
-  /// The receiver closes it: later items are dropped.
+  /// The receiver closes it: later items are dropped, those queued stay.
   void close();
   /// The one wait of a port (an abortable wait plugs in here):
   /// nullopt when ended and drained; throws the failure, or Timeout at `deadline`.

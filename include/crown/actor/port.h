@@ -93,7 +93,8 @@ class PortReceiver {
   std::optional<PortItem> next();
   /// As next(), but throws crown::Timeout after `timeout` (the port stays open).
   std::optional<PortItem> next(std::chrono::milliseconds timeout);
-  /// Later items are dropped (quietly); the table entry goes. Idempotent.
+  /// Later items are dropped (quietly), those already here can still be
+  /// taken; the table entry goes. Idempotent.
   void close();
   /// Items queued now.
   std::size_t queued() const;

@@ -298,8 +298,11 @@ TEST_F(PortTest, AClosedPortDropsLaterValuesAndShutdownFailsOpenPorts) {
   boot(2);
   PortReceiver closed = controller().openPort(PortMode::kStream);
   PortRef ref = closed.ref();
+  holders_[1].call<void>(Pour{ref, 2}).get(5s);
   closed.close();
   holders_[1].call<void>(Pour{ref, 10}).get(5s);
+  EXPECT_EQ(valueOf(*closed.next(0ms)), 0);  // what came before the close stays
+  EXPECT_EQ(valueOf(*closed.next(0ms)), 1);
   EXPECT_FALSE(closed.next(0ms).has_value());
   PortReceiver open = controller().openPort(PortMode::kStream);
   auto waiter = std::async(std::launch::async, [&] { return open.next(5s); });
