@@ -268,7 +268,7 @@ def crown_side():
     import crown
     from crown import _crown, _pickle, _runtime
     from crown._endpoints import _outcome
-    from crown.actor import Actor, endpoint
+    from crown.actor import Actor, Channel, endpoint
 
     class Echo(Actor):
         @endpoint
@@ -278,6 +278,17 @@ def crown_side():
         @endpoint
         def tcp_echo_server(self):
             return tcp_echo_server()
+
+        @endpoint
+        def open_channel(self):
+            port, self.receiver = Channel.open()
+            return port
+
+        @endpoint
+        def relay(self, out, count):
+            # A port round trip's far end: each value from its channel to `out`.
+            for _ in range(count):
+                out.send(self.receiver.recv().get())
 
         @endpoint
         def stamp(self, x):
@@ -330,6 +341,18 @@ def crown_side():
             if i >= WARMUP:
                 outbound.append((stamped - start) * 1e6)
                 inbound.append((end - stamped) * 1e6)
+        # A port round trip: rank 0 sends to the actor's channel, the actor
+        # sends it on to rank 0's channel (Monarch's Port / PortReceiver).
+        inbound_port = actor.open_channel.call_one().get()
+        out, receiver = Channel.open()
+        relay = actor.relay.call_one(out, WARMUP + half)
+
+        def port_trip():
+            inbound_port.send(PAYLOAD)
+            receiver.recv().get()
+
+        port_rtt = round_trips(port_trip, WARMUP, half)
+        relay.get()
         here = procs.slice(ranks=0).spawn("echo-local", Echo)
         same_process = round_trips(lambda: here.echo.call_one(PAYLOAD).get(), WARMUP, half)
         instance = Echo()
@@ -360,7 +383,8 @@ def crown_side():
                 "endpoint_to_controller": summarize(inbound),
                 "actor_in_controller_process": summarize(same_process),
                 "dispatch_in_process": summarize(dispatch),
-                "controller_pickling": summarize(pickling)})
+                "controller_pickling": summarize(pickling),
+                "port_round_trip": summarize(port_rtt)})
 
     crown.run(main)
 
@@ -408,6 +432,7 @@ def report(info, crown_result, tcp, others, breakdown):
         "actor_in_controller_process": "call_one to an actor on rank 0 itself",
         "dispatch_in_process": "_runtime.dispatch alone (unpickle, call, pickle)",
         "controller_pickling": "pickle the call + unpickle the reply on rank 0",
+        "port_round_trip": "port round trip: rank 0 -> channel on 1 -> channel on 0",
     }
     for key, text in explained.items():
         print(f"  {text:<52} {breakdown[key]['p50_us']:>8.1f}")
