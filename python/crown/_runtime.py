@@ -13,8 +13,9 @@ ActorError from it. For a call that nobody answers to (broadcast, a port's
 send) or whose replies are folded (Accumulator), it is a text report with
 the traceback: PyActor throws it, so a one-way failure is logged on its rank
 and the actor dies (its mesh's owner hears: crown._supervision), and a fold
-fails that member. The owner hears through a one-way "__supervise__" call to
-its own actor, so supervise() runs in the actor's turn, between messages.
+fails that member. The owner hears through the supervision module's
+Supervise message to its own actor, so supervise_in_turn() runs in the
+actor's turn, between messages.
 
 Endpoints that answer through a port (explicit_response_port, and every
 concurrent_endpoint) get the caller's Port as their first argument; an
@@ -43,7 +44,6 @@ from . import _crown, _pdb, _pickle
 VALUE = b"\x00"
 RAISED = b"\x01"
 FATAL = b"\x02"
-SUPERVISE = "__supervise__"  # the name a failure report is called under
 STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
 PROBE = "__crown_probe__"  # a caller waiting on a port asks whether the actor still lives
 DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
@@ -68,14 +68,39 @@ def here():
 
 
 def current_actor():
-    """_crown.current_actor(), also on an actor's loop thread: (rank, local id)
-    of the actor this code runs for, or None."""
-    actor = _crown.current_actor()
-    if actor is None:
-        loop = getattr(_current, "loop", None)
-        if loop is not None:
-            return loop.actor
-    return actor
+    """(rank, local id) of the actor this code runs for, or None: the actor
+    whose endpoint runs, whose __init__ runs (not the mesh agent that builds
+    it), on whose loop thread, or that started this thread
+    (_crown.acting_actor, which the supervision layer records as the owner of
+    every mesh spawned here)."""
+    return _crown.acting_actor()
+
+
+# Threads an actor starts act for it (issue 44): what they spawn is the
+# actor's, and it hears of those meshes' failures. threading.Thread.start is
+# wrapped once, here, so that every thread started from an actor's code
+# (its endpoints, __init__, loop thread, or a thread it started) enters
+# _crown.acting_as for that actor before its run(). A thread started
+# otherwise (_thread.start_new_thread, a C extension's) acts for nobody: on a
+# worker rank a spawn from it is refused. A long-lived pool first started
+# from an actor keeps acting for it.
+_thread_start = threading.Thread.start
+
+
+def _start_acting(thread, *args, **kwargs):
+    acting = _crown.acting_actor()
+    if acting is not None:
+        run = thread.run
+
+        def run_acting():
+            with _crown.acting_as(*acting):
+                run()
+
+        thread.run = run_acting
+    return _thread_start(thread, *args, **kwargs)
+
+
+threading.Thread.start = _start_acting
 
 
 class ConstructionError(Exception):
@@ -147,14 +172,14 @@ class _ActorLoop:
     message sees what the body did before awaiting; tasks waiting for a slot
     of the same endpoint take them in arrival order. Ordinary async endpoints
     run here too, one at a time: dispatch waits for each. Code here runs
-    outside the C++ handler: here() and current_actor() fall back to what was
-    captured from the dispatching thread, and its sends leave as from the
-    process (rank, 0), not as from the actor."""
+    outside the C++ handler: here() falls back to what was captured from the
+    dispatching thread, current_actor() is the actor (the thread acts for it),
+    and its sends leave as from the process (rank, 0), not as from the actor."""
 
     def __init__(self, instance):
         self.loop = _event_loop(instance)
         self.here = _crown.here()
-        self.actor = _crown.current_actor()
+        self.actor = _crown.acting_actor()  # its thread acts for it (Thread.start, above)
         self.slots = {}  # endpoint name -> asyncio.Semaphore of its bound
         self.stopping = False
         self.thread = threading.Thread(
@@ -338,9 +363,7 @@ def _run(instance, payload, report):
         dying = instance.__dict__.get("_crown_dying")
         if dying is not None:  # a concurrent task failed: the actor dies now
             return FATAL + dying.encode("utf-8", "backslashreplace")
-        if name == SUPERVISE:
-            result = supervise(instance, *args)
-        elif name == STOP:
+        if name == STOP:
             failed = finish(instance, None)
             if failed is not None:  # Monarch: a supervision event; the actor dies of it
                 return FATAL + failed.encode("utf-8", "backslashreplace")
@@ -426,6 +449,28 @@ def supervise(instance, failure):
         raise UnhandledFailure(f"{cls}.__supervise__ did not handle the failure of its mesh "
                                f"'{failure.mesh_name}':\n{failure.report()}")
     return None
+
+
+def supervise_in_turn(instance, failure) -> bytes:
+    """PyActor's handler of the supervision module's report (a member of a
+    mesh the actor owns died), in the actor's turn: VALUE when __supervise__
+    handled it; otherwise RAISED (FATAL for a BaseException such as
+    SystemExit) and the text the actor dies of, so that its own owner hears."""
+    outer = current_instance()
+    _current.instance = instance
+    try:
+        dying = instance.__dict__.get("_crown_dying")
+        if dying is not None:  # a concurrent task failed: the actor dies now
+            return FATAL + dying.encode("utf-8", "backslashreplace")
+        supervise(instance, failure)
+        return VALUE
+    except BaseException as error:  # noqa: BLE001 - the actor dies of it, its owner hears
+        _current.error = error  # for dying()
+        tag = RAISED if isinstance(error, Exception) else FATAL
+        return tag + (f"{type(error).__qualname__}: {_message_of(error)}\n"
+                      f"{traceback.format_exc()}").encode("utf-8", "backslashreplace")
+    finally:
+        _current.instance = outer
 
 
 def _message_of(error: BaseException) -> str:

@@ -3,10 +3,16 @@
 A member dies on its rank when an endpoint with no caller raises (a
 broadcast, a port's send), or when a BaseException such as SystemExit
 escapes any endpoint; it then refuses every message with the cause
-(SupervisionError). It also dies with its process (rank_lost). The C++ supervision layer tells the rank that spawned
-the mesh, where member_failed() runs: the owner is the actor whose endpoint
-spawned it, which hears through its ``__supervise__`` in its own turn, or
-the controller, whose ``crown.actor.unhandled_fault_hook`` is called. The
+(SupervisionError). It also dies with its process. The C++ supervision
+module (src/supervision/) records the owner of every mesh as it is spawned
+(the actor this thread acts for: its endpoint, __init__, loop thread or a
+thread it started; else the controller), and tells it once per member: an
+owning actor through a Supervise message that PyActor hands to
+_runtime.supervise_in_turn (its ``__supervise__``, in its own turn), the
+controller through member_failed() here, whose
+``crown.actor.unhandled_fault_hook`` is called. This module keeps only the
+Python side: MeshFailure, the classes of the meshes spawned here, and stop
+by owner. The
 default hook ends the job non-zero (Monarch's default): the report is
 printed, the controller's main thread gets a KeyboardInterrupt, and the job's
 exit code is 1 whatever main does next.
@@ -18,9 +24,9 @@ import _thread
 import contextlib
 import sys
 import threading
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional
 
-from . import _crown, _pickle, _runtime
+from . import _crown
 
 
 class MeshFailure:
@@ -46,99 +52,74 @@ class MeshFailure:
         return f"MeshFailure(mesh_name={self.mesh_name!r}, rank={self.rank}, host={self.host!r})"
 
 
-class _Owned(NamedTuple):
-    owner: Optional[int]  # the owning actor's local id on this rank; None: the controller
-    shape: _crown.Shape
+class _Registered(NamedTuple):
     cls: type
-    name: str
     spawning: object = None  # actor._Spawning while the members are constructed
 
 
-_owned: Dict[int, _Owned] = {}  # mesh id -> who owns it (meshes spawned on this rank)
-_reported: Set[Tuple[int, int]] = set()  # (mesh id, rank): each member's death is told once
-_stopped: Dict[int, Set[int]] = {}  # mesh id -> its ranks stopped so far (a slice at a time)
+# What C++ cannot hold of a mesh spawned on this rank: its Python class and
+# spawn, to rebuild the ActorMesh (MeshFailure.mesh, stop). Who owns it, its
+# shape and which members were stopped live in the supervision module
+# (_crown.owned_mesh, owned_by, members_stopped).
+_registered: Dict[int, _Registered] = {}
 _lock = threading.Lock()
-# Held from a spawn's start until its owner is recorded (spawning()): a
-# constructor that fails at once reports before spawn() could call
-# spawned(), and the report must find the owner, not fall to the controller.
-# Reentrant: a report on the spawning thread itself passes.
-_spawn_lock = threading.RLock()
 unhandled = []  # failures no hook handled on this rank: the job ends non-zero
-
-
-_system = threading.local()  # .spawning: crown's own actors are spawned on this thread
 
 
 @contextlib.contextmanager
 def system_spawn():
     """Spawns within belong to crown (the port actor), not to the actor or
-    controller that happens to run: nobody stops them but the job's end."""
-    _system.spawning = True
-    try:
-        yield
-    finally:
-        _system.spawning = False
-
-
-@contextlib.contextmanager
-def spawning():
-    """Around starting a spawn and its spawned(): members' failures reported
-    meanwhile wait for the owner to be known."""
-    with _spawn_lock:
+    controller that happens to run: nobody owns or stops them but the job's
+    end, and no spawn within is refused for want of an owner."""
+    with _crown.unowned_spawns():
         yield
 
 
-def spawned(local: int, shape, cls: type, name: str, spawning=None) -> None:
-    """Remembers who owns a mesh just spawned here: the actor whose endpoint
-    runs on this thread, else the controller."""
-    if getattr(_system, "spawning", False):
-        return
-    actor = _runtime.current_actor()  # also on an actor's loop thread
+def register(local: int, cls: type, spawning=None) -> None:
+    """Before a spawn of mesh `local` leaves this rank (its owner is recorded
+    by the supervision module as it leaves): its class, for the reports."""
     with _lock:
-        _owned[local] = _Owned(actor[1] if actor is not None else None, shape, cls, name,
-                               spawning)
+        _registered[local] = _Registered(cls, spawning)
 
 
-def owned(local: int) -> Optional[_Owned]:
-    """Who owns mesh `local`, if it was spawned on this rank."""
+def unregister(local: int) -> None:
     with _lock:
-        return _owned.get(local)
+        _registered.pop(local, None)
 
 
-def forget(local: int) -> None:
-    """The whole mesh was stopped: nobody needs its owner any more."""
+def _mesh(local: int, shape=None, name: Optional[str] = None):
+    """The ActorMesh of mesh `local` spawned here (None when unknown)."""
+    from .actor import ActorMesh
+
+    owned = _crown.owned_mesh(local)
     with _lock:
-        _owned.pop(local, None)
-        _stopped.pop(local, None)
+        registered = _registered.get(local)
+    if owned is not None:
+        _, _, shape, name, _ = owned
+    if registered is None or shape is None:
+        return None
+    return ActorMesh(shape, local, registered.cls, name, registered.spawning)
 
 
 def members_stopped(local: int, ranks) -> None:
     """ActorMesh.stop stopped the members of mesh `local` on `ranks`: once
     every member has been, one slice or another, the owner forgets it."""
-    with _lock:
-        owned = _owned.get(local)
-        if owned is None:
-            return
-        stopped = _stopped.setdefault(local, set())
-        stopped.update(ranks)
-        if stopped >= set(owned.shape.ranks()):
-            _owned.pop(local, None)
-            _stopped.pop(local, None)
+    _crown.members_stopped(local, list(ranks))
+    if _crown.owned_mesh(local) is None:
+        with _lock:
+            _registered.pop(local, None)
 
 
 def owned_by(owner: Optional[int]) -> List[int]:
-    """The meshes that `owner` (None: the controller) spawned on this rank."""
-    with _lock:
-        return [local for local, owned in _owned.items() if owned.owner == owner]
+    """The meshes that `owner` (an actor's local id here; None: the
+    controller) spawned on this rank and that have members not stopped."""
+    return [entry[0] for entry in _crown.owned_by(owner)]
 
 
 def stop_mesh(local: int) -> None:
-    """Stops mesh `local`, spawned on this rank, as ActorMesh.stop does."""
-    from .actor import ActorMesh
-
-    mesh = owned(local)
-    if mesh is not None:
-        ActorMesh(mesh.shape, local, mesh.cls, mesh.name, mesh.spawning).stop()
+    """Stops mesh `local`, spawned on this rank, as ActorMesh.stop does (its
+    members not stopped yet)."""
+    stop_owned_meshes([entry for entry in (_crown.owned_mesh(local),) if entry is not None])
 
 
 def stop_owned(owner: Optional[int], ranks=None) -> None:
@@ -146,55 +127,39 @@ def stop_owned(owner: Optional[int], ranks=None) -> None:
     controller) spawned on this rank: all of them, or with `ranks` only their
     members on those ranks (ProcMesh.stop of a slice), leaving the members
     elsewhere serving. Members stopped before are not asked again."""
+    stop_owned_meshes(_crown.owned_by(owner), ranks)
+
+
+def stop_owned_meshes(entries, ranks=None) -> None:
+    """Stops the Python actor meshes among `entries` (_crown.owned_by's),
+    restricted to `ranks` when given."""
     from .actor import ActorMesh
 
-    with _lock:
-        meshes = []
-        for local, owned in _owned.items():
-            if owned.owner != owner:
-                continue
-            members = set(owned.shape.ranks()) - _stopped.get(local, set())
-            if ranks is not None:
-                members &= ranks
-            if members:
-                meshes.append((local, owned, sorted(members)))
-    for local, owned, members in meshes:
-        shape = (owned.shape if members == sorted(owned.shape.ranks())
-                 else _crown.Shape.of_ranks("ranks", members))
-        ActorMesh(shape, local, owned.cls, owned.name, owned.spawning).stop()
+    for local, _, shape, name, live in entries:
+        members = [rank for rank in live if ranks is None or rank in ranks]
+        if not members:
+            continue
+        with _lock:
+            registered = _registered.get(local)
+        if registered is None:
+            continue  # not a Python actor mesh (a tensor engine's): its owner stops it
+        if members != shape.ranks():
+            shape = _crown.Shape.of_ranks("ranks", members)
+        ActorMesh(shape, local, registered.cls, name, registered.spawning).stop()
 
 
-def rank_lost(rank: int, host: str, cause: str) -> None:
-    """From the supervision agent of this rank: process `rank` is lost, and
-    its member of every mesh with it. The owner of each such mesh spawned
-    here hears, as of any member's death (Monarch: a process that exits,
-    crashes or misses its heartbeats is a supervision event)."""
-    with _lock:
-        hit = [(local, owned.name) for local, owned in _owned.items()
-               if rank in owned.shape.ranks()]
-    for local, name in hit:
-        member_failed(local, rank, host, name, f"its process was lost: {cause}")
+def failure(mesh: int, rank: int, host: str, name: str, cause: str) -> MeshFailure:
+    """A report of the supervision module as Python reads it (PyActor hands
+    it to the owning actor's __supervise__)."""
+    return MeshFailure(_mesh(mesh, name=name), name, rank, host, cause)
 
 
 def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:
-    """From the supervision agent of this rank (python/src/bind_runtime.cpp), one
-    report at a time."""
-    with _spawn_lock, _lock:
-        owned = _owned.get(mesh)
-        if (mesh, rank) in _reported:
-            return  # it died, and then its process went too: one failure
-        _reported.add((mesh, rank))
-    from .actor import ActorMesh
-
-    actor_mesh = ActorMesh(owned.shape, mesh, owned.cls, name) if owned else None
-    failure = MeshFailure(actor_mesh, name, rank, host, cause)
-    if owned is not None and owned.owner is not None:
-        # In the owner's turn, as a one-way call: when it is not handled the
-        # owner dies of it, and its own owner hears (PyActor, _runtime.supervise).
-        _crown.send(_crown.rank(), owned.owner,
-                    *_pickle.dumps_parts((_runtime.SUPERVISE, (failure,), {})))
-        return
-    _fault_on_controller(failure)
+    """From the supervision agent of this rank (python/src/bind_runtime.cpp),
+    one report at a time: a member of a mesh the controller owns died (the
+    module routes the reports of actors' meshes to those actors, dedupes,
+    and fans a lost process out over the meshes it held)."""
+    _fault_on_controller(failure(mesh, rank, host, name, cause))
 
 
 def _fault_on_controller(failure) -> None:

@@ -215,10 +215,18 @@ class ProcMesh(_Sliceable):
         except TypeError as e:
             raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
                                (("the actor class", cls),)) from None
-        with _supervision.spawning():
-            local, pending = _crown.spawn_start(self._shape, name, payload)
-            spawning = _Spawning(pending, name)
-            _supervision.spawned(local, self._shape, cls, name, spawning)
+        # The class is registered before the spawn leaves; the supervision
+        # module records the owner (the actor this thread acts for, or the
+        # controller) as it leaves, so a constructor that fails at once is
+        # reported to the right owner with the right class.
+        local = _crown.new_mesh_id()
+        spawning = _Spawning(None, name)
+        _supervision.register(local, cls, spawning)
+        try:
+            _, spawning._pending = _crown.spawn_start(self._shape, name, payload, local)
+        except BaseException:
+            _supervision.unregister(local)  # refused (no owner on a worker's stranger thread)
+            raise
         return ActorMesh(self._shape, local, cls, name, spawning)
 
     def activate(self):

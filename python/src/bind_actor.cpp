@@ -13,6 +13,7 @@
 #include "crown/actor/failure.h"
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
+#include "program_wait.h"
 #include "py_actor.h"
 #include "py_payload.h"
 
@@ -61,6 +62,7 @@ class OutcomeFuture {
     std::string payload;
     {
       py::gil_scoped_release release;
+      ProgramWait abortable;  // fails with UnhandledFault when the job ends
       payload = (timeout ? future_.get(toMillis(*timeout)) : future_.get()).payload;
     }
     return py::bytes(payload);
@@ -83,6 +85,7 @@ class RequestFuture {
     RawReply reply;
     {
       py::gil_scoped_release release;
+      ProgramWait abortable;
       reply = timeout ? future_.get(toMillis(*timeout)) : future_.get();
     }
     view_ = viewOf(std::move(*reply));
@@ -119,6 +122,7 @@ class CastFuture {
     ValueMesh<Outcome> replies;
     {
       py::gil_scoped_release release;
+      ProgramWait abortable;
       replies = timeout ? future_.get(toMillis(*timeout)) : future_.get();
     }
     py::list entries;
@@ -147,6 +151,7 @@ class CastStream {
     std::optional<MeshStream<Outcome>::Item> item;
     {
       py::gil_scoped_release release;
+      ProgramWait abortable;
       item = timeout ? stream_.next(toMillis(*timeout)) : stream_.next();
     }
     if (!item) return py::none();
@@ -168,6 +173,7 @@ class SpawnFuture {
     std::vector<MeshError::Failure> failures;
     {
       py::gil_scoped_release release;
+      ProgramWait abortable;
       failures = (timeout ? future_.get(toMillis(*timeout)) : future_.get()).failures();
     }
     py::list out;
@@ -178,6 +184,7 @@ class SpawnFuture {
   /// Waits up to `timeout` seconds for every constructor, cancelling nothing.
   bool wait(double timeout) {
     py::gil_scoped_release release;
+    ProgramWait abortable;
     return future_.state().waitUntil(std::chrono::steady_clock::now() + toMillis(timeout));
   }
 
@@ -219,7 +226,8 @@ void bindActor(py::module_& m) {
       "mesh's actor id.");
   m.def(
       "spawn_start",
-      [](const mesh::Shape& shape, const std::string& name, const py::bytes& payload) {
+      [](const mesh::Shape& shape, const std::string& name, const py::bytes& payload,
+         std::optional<std::uint64_t> chosen) {
         using Registration = crown::detail::ActorFactoryRegistration<PyActor, std::string>;
         (void)Registration::registered;  // odr-use: the factory exists on every rank
         std::string bytes = payload;
@@ -227,13 +235,18 @@ void bindActor(py::module_& m) {
         std::optional<Future<ValueMesh<void>>> future;
         {
           py::gil_scoped_release release;  // rank 0's own actor is constructed on a pool thread
-          local = mesh::detail::newMeshLocal(Proc::current());
+          local = chosen ? *chosen : mesh::detail::newMeshLocal(Proc::current());
           future = mesh::detail::startSpawnMesh(
               shape, {Registration::key(), name, wire::packValues(bytes), local, shape});
         }
         return py::make_tuple(local, SpawnFuture(std::move(*future)));
       },
-      "As spawn, without waiting: (the mesh's actor id, a SpawnFuture of the failures).");
+      py::arg("shape"), py::arg("name"), py::arg("payload"), py::arg("local") = py::none(),
+      "As spawn, without waiting: (the mesh's actor id, a SpawnFuture of the failures). "
+      "`local`: an id from new_mesh_id(), for a caller that records it first.");
+  m.def(
+      "new_mesh_id", [] { return mesh::detail::newMeshLocal(Proc::current()); },
+      "A new mesh actor id of this rank, for spawn_start.");
   // Sends release the GIL also because a local delivery takes the mailbox
   // lock, under which a stopped PyActor may be freed (which takes the GIL).
   m.def(

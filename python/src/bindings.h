@@ -15,5 +15,6 @@ void bindTensor(pybind11::module_& m);
 void bindTensorFastRecord(pybind11::module_& m);  // tensor_fast_record.cpp
 void bindRdma(pybind11::module_& m);
 void bindPort(pybind11::module_& m);  // bind_port.cpp
+void bindSupervision(pybind11::module_& m);
 
 }  // namespace crown::python

@@ -13,4 +13,5 @@ PYBIND11_MODULE(_crown, m) {
   crown::python::bindTensorFastRecord(m);
   crown::python::bindRdma(m);
   crown::python::bindPort(m);
+  crown::python::bindSupervision(m);
 }

@@ -5,6 +5,8 @@
 #include <atomic>
 
 #include "crown/common/log.h"
+#include "crown/supervision/job_end.h"
+#include "crown/supervision/module.h"
 #include "gil.h"
 #include "py_payload.h"
 
@@ -68,6 +70,28 @@ PyActor::PyActor(std::string spawnPayload) {
     if (!failure.empty()) throw PythonError(failure);
     return crown::detail::HandlerResult{kRawOutcomeType, std::move(reply)};
   });
+  // A member of a mesh this actor owns died (the supervision module), in
+  // this actor's turn: __supervise__ runs; a failure it does not handle is
+  // thrown, so the actor dies of it (a one-way message) and its own owner hears.
+  handle<supervision::Supervise>([this](const supervision::Supervise& report) {
+    std::string outcome;
+    {
+      Gil gil;
+      const auto& f = report.failure;
+      try {
+        py::object failure = py::module_::import("crown._supervision")
+                                 .attr("failure")(f.mesh, f.rank, f.host, f.actor, f.cause);
+        py::bytes result =
+            py::module_::import("crown._runtime").attr("supervise_in_turn")(instance_, failure);
+        outcome = std::string(result);
+      } catch (py::error_already_set& e) {  // crown's own glue failed: not handled
+        outcome = std::string(1, kRaisedTag) + "supervising the failure of mesh '" + f.actor +
+                  "' failed: " + e.what() + "\n" + f.cause;
+      }
+    }
+    if (!outcome.empty() && outcome[0] == kFatalTag) throw ActorFatal(outcome.substr(1));
+    if (!outcome.empty() && outcome[0] == kRaisedTag) throw PythonError(outcome.substr(1));
+  });
   ++g_live;
 }
 
@@ -85,8 +109,10 @@ std::string PyActor::dying(const std::string& cause) noexcept {
 
 PyActor::~PyActor() {
   --g_live;
-  if (!Py_IsInitialized()) {
-    instance_.release();  // the interpreter is gone: nothing left to free it with
+  // The interpreter is gone, or the job ends without the program
+  // (supervision/job_end.h: main may hold the GIL for good): leaked.
+  if (!Py_IsInitialized() || supervision::programAbandoned()) {
+    instance_.release();
     dispatch_.release();
     return;
   }

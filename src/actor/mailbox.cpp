@@ -37,6 +37,20 @@ thread_local Actor* t_currentActor = nullptr;
 
 const Actor* Actor::current() { return t_currentActor; }
 
+namespace {
+thread_local std::optional<ActorId> t_actingAs;  // the innermost ActingAs of this thread
+}  // namespace
+
+ActingAs::ActingAs(const ActorId& actor) : outer_(std::exchange(t_actingAs, actor)) {}
+
+ActingAs::~ActingAs() { t_actingAs = outer_; }
+
+std::optional<ActorId> actingActor() {
+  if (t_actingAs) return t_actingAs;
+  if (t_currentActor && t_currentActor->id().local >= kFirstActorLocalId) return t_currentActor->id();
+  return std::nullopt;
+}
+
 namespace detail {
 
 using wire::Envelope;
@@ -301,6 +315,8 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   const Envelope& envelope = delivery.envelope;
   Actor* outer = std::exchange(t_currentActor, &actor);
   Proc* outerProc = std::exchange(t_currentProc, &proc_);
+  // A handler acts for its own actor, whatever this thread acted for outside it.
+  std::optional<ActorId> outerActing = std::exchange(t_actingAs, std::nullopt);
   std::optional<HandlerResult> result;
   RemoteFailure failure{RemoteFailure::kRaised, "", "", actor.name(), "", proc_.rank()};
   bool fatal = false;  // the actor must die, whatever the message's kind
@@ -332,6 +348,7 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   span.end();  // the handler's run, not what its failure costs after it
   t_currentActor = outer;
   t_currentProc = outerProc;
+  t_actingAs = outerActing;
   bool oneWay = !delivery.complete && envelope.kind != MessageKind::kRequest;
   if (oneWay && !result) {
     log::get().error("actor '{}' failed handling one-way {}: {}", actor.name(), envelope.type,
@@ -345,10 +362,12 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   if (dies) {
     outer = std::exchange(t_currentActor, &actor);  // its last words are its own sends
     outerProc = std::exchange(t_currentProc, &proc_);
+    outerActing = std::exchange(t_actingAs, std::nullopt);
     std::string alsoFailed = ActorAccess::dying(actor, cause);
     if (!alsoFailed.empty()) cause += "\n" + alsoFailed;
     t_currentActor = outer;
     t_currentProc = outerProc;
+    t_actingAs = outerActing;
     failure = RemoteFailure{RemoteFailure::kActorFailed, "",          cause, actor.name(),
                             proc_.host(proc_.rank()),    proc_.rank()};
     proc_.failLocal(actor.id().local, ActorFailed(failure.rank, failure.host, actor.name(), cause));

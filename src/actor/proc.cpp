@@ -372,7 +372,9 @@ ActorId Proc::spawnLocal(std::unique_ptr<Actor> actor, std::string name) {
 }
 
 ActorId Proc::spawnLocalAt(std::uint64_t local, std::unique_ptr<Actor> actor, std::string name) {
-  return impl_->mailboxes.host(std::move(actor), local, std::move(name));
+  ActorId id = impl_->mailboxes.host(std::move(actor), local, std::move(name));
+  for (Module* module : impl_->modules) module->actorStarted(local);
+  return id;
 }
 
 void Proc::setRawAgent(std::uint64_t local, RawHandler handler) {

@@ -23,6 +23,8 @@ class MeshAgent : public Actor {
       std::unique_ptr<Actor> actor;
       const Point* outer = std::exchange(t_constructing, point.get());  // here() in the constructor
       try {
+        // The constructor acts for the member: a mesh it spawns is the member's (supervision).
+        ActingAs acting(ActorId{proc.rank(), spawn.local});
         actor = crown::detail::constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
       } catch (const std::exception& e) {
         t_constructing = outer;

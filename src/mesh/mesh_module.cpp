@@ -63,6 +63,21 @@ std::size_t MeshModule::hostedMeshActors() {
   return points_.size();
 }
 
+void MeshModule::setSpawnObserver(SpawnObserver observer) {
+  auto shared = observer ? std::make_shared<const SpawnObserver>(std::move(observer)) : nullptr;
+  std::lock_guard lock(observerMutex_);
+  observer_ = std::move(shared);
+}
+
+void MeshModule::spawning(std::uint64_t mesh, const Shape& shape, const std::string& name) {
+  std::shared_ptr<const SpawnObserver> observer;
+  {
+    std::lock_guard lock(observerMutex_);
+    observer = observer_;
+  }
+  if (observer) (*observer)(mesh, shape, name);  // outside the lock: it may take its own
+}
+
 }  // namespace detail
 
 Proc::ModuleFactory meshModule() {
@@ -70,6 +85,10 @@ Proc::ModuleFactory meshModule() {
 }
 
 std::size_t castFanout(Proc& proc) { return detail::MeshModule::of(proc).fanout(); }
+
+void setSpawnObserver(Proc& proc, SpawnObserver observer) {
+  detail::MeshModule::of(proc).setSpawnObserver(std::move(observer));
+}
 
 void setCastFanout(Proc& proc, std::size_t fanout) {
   if (fanout == 0) throw ConfigError("a cast needs a fan-out of at least 1");

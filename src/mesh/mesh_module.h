@@ -43,6 +43,10 @@ class MeshModule : public Proc::Module {
   /// How many mesh actors this proc hosts now: for tests of cleanup.
   std::size_t hostedMeshActors();
 
+  void setSpawnObserver(SpawnObserver observer);
+  /// Tells the observer of a spawn from this proc (may throw: refused).
+  void spawning(std::uint64_t mesh, const Shape& shape, const std::string& name);
+
  private:
   Proc* proc_ = nullptr;
   std::unique_ptr<CastAgent> caster_;
@@ -52,6 +56,8 @@ class MeshModule : public Proc::Module {
   std::atomic<std::size_t> nextChoice_{0};
   std::mutex pointsMutex_;
   std::unordered_map<std::uint64_t, std::shared_ptr<const Point>> points_;
+  std::mutex observerMutex_;
+  std::shared_ptr<const SpawnObserver> observer_;
 };
 
 }  // namespace crown::mesh::detail

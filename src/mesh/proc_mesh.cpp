@@ -15,6 +15,9 @@ ActorMesh<Actor> meshAgents(const Shape& shape) {
 }  // namespace
 
 Future<ValueMesh<void>> startSpawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
+  // The observer first (the owner's record): a constructor that fails at
+  // once then reports to an owner already known.
+  MeshModule::of(Proc::current()).spawning(spawn.local, shape, spawn.name);
   return meshAgents(shape).call<void>(spawn);
 }
 

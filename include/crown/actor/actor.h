@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -88,6 +89,29 @@ class Actor {
   std::unordered_map<std::string, detail::Handler> handlers_;
   ActorId id_;
   std::string name_;
+};
+
+/// The user actor this thread acts for: the innermost ActingAs on this
+/// thread, else the user actor whose handler runs here (not a system
+/// agent's), else nullopt (the controller's main, a thread crown does not
+/// know). The supervision layer records it as the owner of every mesh
+/// spawned from this thread.
+std::optional<ActorId> actingActor();
+
+/// For its scope, this thread acts for `actor` (actingActor()): the mesh
+/// agent while a member's constructor runs, and a front end's threads that
+/// run an actor's code outside its handlers (Python's actor loop threads,
+/// threads an actor starts). Nestable; a handler run on this thread meanwhile
+/// acts for its own actor. Thread-local: enter and leave on one thread.
+class ActingAs {
+ public:
+  explicit ActingAs(const ActorId& actor);
+  ~ActingAs();
+  ActingAs(const ActingAs&) = delete;
+  ActingAs& operator=(const ActingAs&) = delete;
+
+ private:
+  std::optional<ActorId> outer_;
 };
 
 }  // namespace crown

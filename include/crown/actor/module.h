@@ -45,6 +45,9 @@ class Proc::Module {
   virtual void stop() {}
   /// A peer's link died; its pending requests have failed already. A pool thread.
   virtual void peerLost(Rank /*peer*/, const std::string& /*reason*/) {}
+  /// Actor `local` of this Proc is hosted from now on (Proc::spawnLocalAt),
+  /// its constructor done. The thread that hosted it.
+  virtual void actorStarted(std::uint64_t /*local*/) {}
   /// Actor `local` of this Proc was stopped; its id is not reused.
   virtual void actorStopped(std::uint64_t /*local*/) {}
   /// An actor of this Proc failed where no caller hears of it (a one-way

@@ -6,9 +6,12 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <algorithm>
+#include <thread>
 
 #include "crown/mesh/module.h"
 #include "crown/mesh/point.h"
+#include "crown/mesh/proc_mesh.h"
 #include "crown/mesh/sim.h"
 #include "crown/supervision/module.h"
 
@@ -42,6 +45,10 @@ class Reports {
     std::lock_guard lock(mutex_);
     seen_.push_back(failure);
     arrived_.notify_all();
+  }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    seen_.clear();
   }
   std::vector<supervision::MemberFailure> waitFor(std::size_t count,
                                                   std::chrono::milliseconds bound = 10s) {
@@ -80,6 +87,132 @@ TEST(Supervision, ADeadMemberIsReportedToTheSpawnersRankOnce) {
   fragile.broadcast(Poke{5});  // refused, not handled: no second death
   EXPECT_EQ(owner.waitFor(2, 500ms).size(), 1u);
   EXPECT_TRUE(others.waitFor(0).empty());
+}
+
+// Owners recorded from any context (issue 44): a member whose constructor
+// spawns a mesh owns it, and hears of its members' deaths in its own turn.
+Reports g_heard;  // what the owners below heard (Supervise), across the sim's procs
+
+struct Nothing {
+  template <class Archive>
+  void serialize(Archive&, unsigned) {}
+};
+
+class FailsAtBirth : public Actor {
+ public:
+  FailsAtBirth() { throw std::runtime_error("born broken"); }
+};
+
+// Spawns Fragile (or FailsAtBirth) on procs 4..7 from its constructor.
+template <bool kHandles, class Child = Fragile>
+class InitOwner : public Actor {
+ public:
+  explicit InitOwner(int lingerMs) {
+    ProcMesh procs(mesh::Shape({{"procs", 8}}));
+    if constexpr (std::is_same_v<Child, Fragile>) {
+      (void)procs.slice({{"procs", mesh::Range{4, 8}}}).spawn<Fragile>("children");
+    } else {
+      auto spawned = mesh::detail::newMeshLocal(Proc::current());
+      using Registration = crown::detail::ActorFactoryRegistration<Child>;
+      (void)Registration::registered;
+      auto shape = procs.slice({{"procs", mesh::Range{4, 8}}}).shape();
+      (void)mesh::detail::startSpawnMesh(shape, {Registration::key(), "children",
+                                                 wire::packValues(), spawned, shape});
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(lingerMs));  // reports arrive meanwhile
+    if constexpr (kHandles) {
+      handle<supervision::Supervise>(
+          [](const supervision::Supervise& report) { g_heard.add(report.failure); });
+    }
+    handle<Nothing>([](const Nothing&) { return int(mesh::here().rank); });
+  }
+};
+
+TEST(Supervision, AMeshSpawnedInAConstructorIsOwnedByThatMemberWhichHearsInItsTurn) {
+  g_heard.clear();
+  mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
+  Reports controller;
+  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  auto owner = sim.world().slice({{"procs", 2}}).spawn<InitOwner<true>>("owner", 0);
+  // The constructor ran on proc 2, acting for the member: it owns the mesh.
+  auto owned = supervision::ownedBy(sim.proc(2), ActorId{2, owner.localId()});
+  ASSERT_EQ(owned.size(), 1u);
+  EXPECT_EQ(owned[0].name, "children");
+  EXPECT_EQ(owned[0].live, (std::vector<Rank>{4, 5, 6, 7}));
+  EXPECT_EQ(supervision::ownedBy(sim.proc(2), std::nullopt).size(), 0u);
+  ActorMesh<Fragile> children(owned[0].shape, owned[0].mesh);
+  children.broadcast(Poke{6});
+  auto seen = g_heard.waitFor(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].rank, 6u);
+  EXPECT_EQ(seen[0].actor, "children");
+  EXPECT_NE(seen[0].cause.find("member 6 broke"), std::string::npos) << seen[0].cause;
+  EXPECT_TRUE(controller.waitFor(1, 300ms).empty());  // handled: nothing goes up
+  EXPECT_EQ(owner.call<int>(Nothing{}).get(10s).at(0), 2);  // and the owner lives on
+  // A stopped slice leaves the record; stopping every member forgets it.
+  supervision::membersStopped(sim.proc(2), owned[0].mesh, {4, 5});
+  EXPECT_EQ(supervision::ownedMesh(sim.proc(2), owned[0].mesh)->live, (std::vector<Rank>{6, 7}));
+  supervision::membersStopped(sim.proc(2), owned[0].mesh, {6, 7});
+  EXPECT_FALSE(supervision::ownedMesh(sim.proc(2), owned[0].mesh).has_value());
+}
+
+TEST(Supervision, AnOwnerWithoutASuperviseHandlerDiesAndItsOwnerHears) {
+  g_heard.clear();
+  mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
+  Reports controller;
+  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  auto owner = sim.world().slice({{"procs", 3}}).spawn<InitOwner<false>>("deaf-owner", 0);
+  auto owned = supervision::ownedBy(sim.proc(3), ActorId{3, owner.localId()});
+  ASSERT_EQ(owned.size(), 1u);
+  ActorMesh<Fragile>(owned[0].shape, owned[0].mesh).broadcast(Poke{5});
+  auto seen = controller.waitFor(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].actor, "deaf-owner");
+  EXPECT_EQ(seen[0].rank, 3u);
+  EXPECT_NE(seen[0].cause.find("no handler for message type crown::Supervise"), std::string::npos)
+      << seen[0].cause;
+  EXPECT_THROW(owner.call<int>(Nothing{}).get(10s).at(0), ActorFailed);
+}
+
+TEST(Supervision, ReportsForAnOwnerStillInItsConstructorWaitUntilItIsHosted) {
+  g_heard.clear();
+  mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
+  Reports controller;
+  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  // Its children fail at birth while it lingers 300 ms in its constructor.
+  auto owner =
+      sim.world().slice({{"procs", 1}}).spawn<InitOwner<true, FailsAtBirth>>("slow-owner", 300);
+  auto seen = g_heard.waitFor(4);
+  ASSERT_EQ(seen.size(), 4u);
+  for (const auto& failure : seen) {
+    EXPECT_EQ(failure.actor, "children");
+    EXPECT_NE(failure.cause.find("born broken"), std::string::npos) << failure.cause;
+  }
+  EXPECT_TRUE(controller.waitFor(1, 300ms).empty());
+}
+
+TEST(Supervision, ALostProcIsReportedOncePerMeshWithAMemberOnIt) {
+  mesh::SimulatedWorld sim(4, {}, {supervision::supervisionModule()});
+  Reports controller;
+  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  auto all = sim.world().spawn<Fragile>("all");
+  auto some = sim.world().slice({{"procs", mesh::Range{0, 2}}}).spawn<Fragile>("some");
+  (void)some;
+  all.broadcast(Poke{3});  // dies first, then its process: one failure
+  ASSERT_EQ(controller.waitFor(1).size(), 1u);
+  sim.disconnect(3);
+  auto seen = controller.waitFor(2, 2s);
+  ASSERT_EQ(seen.size(), 1u) << "rank 3's member of 'all' was reported twice";
+  sim.disconnect(1);
+  seen = controller.waitFor(3);
+  ASSERT_EQ(seen.size(), 3u);
+  std::vector<std::string> lost{seen[1].actor, seen[2].actor};
+  std::sort(lost.begin(), lost.end());
+  EXPECT_EQ(lost, (std::vector<std::string>{"all", "some"}));
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(seen[i].rank, 1u);
+    EXPECT_NE(seen[i].cause.find("its process was lost"), std::string::npos) << seen[i].cause;
+  }
 }
 
 TEST(Supervision, TheOwnerRankIsInTheMeshId) {
