@@ -24,6 +24,7 @@ Every rank runs the same script; ``crown.run(main)`` runs ``main()`` on rank 0
 """
 
 import os
+import signal
 import sys
 import traceback
 
@@ -102,12 +103,10 @@ def shutdown(code: int = 0) -> int:
     """Ends the job from the controller: every worker exits with code, which
     is 1 at least after a fault that nothing handled
     (crown.actor.unhandled_fault_hook); returns the code."""
-    from . import _supervision
-
     if _runtime.served:
         raise RuntimeError("this job is served (crownrun --serve): its mesh outlives the "
                            "scripts run in it; `crown stop` ends it")
-    if _supervision.unhandled and code == 0:
+    if _crown.unhandled_faults() and code == 0:
         code = 1
     _logs.flush()  # every worker's output so far, before the job ends
     engines = sys.modules.get("crown.tensor._engine")
@@ -130,21 +129,46 @@ def run(main, *args, controller: str = "shared", **kwargs) -> None:
         main(*args, **kwargs)  # a script in a served job (crown console --run): the job lives on
         return
     init()
-    code = 0
+    outcome = None
     try:
         main(*args, **kwargs)
-    except SystemExit as error:  # sys.exit() in main: the job ends as the script said
-        sys.stdout.flush()
-        code = _exit_codes.exit_code(error)
-    except BaseException as error:  # noqa: BLE001 - any failure ends the job non-zero
-        from . import _supervision
+    except BaseException as error:  # noqa: BLE001 - judged below, once interrupts are masked
+        outcome = error
+    while True:  # a fault's SIGINT comes once, and may land before the mask
+        try:
+            _mask_interrupts()
+            break
+        except KeyboardInterrupt as late:
+            outcome = outcome or late
+    _exit(shutdown(_outcome_code(outcome)))
 
-        sys.stdout.flush()
-        if isinstance(error, KeyboardInterrupt) and _supervision.unhandled:
-            print("crown: main was interrupted (KeyboardInterrupt) by the unhandled failure "
-                  "above; the job ends with code 1", file=sys.stderr)
-        else:
-            print("crown: the controller failed:", file=sys.stderr)
-            traceback.print_exc()
-        code = 1
-    _exit(shutdown(code))
+
+def _mask_interrupts() -> None:
+    # From main's end on, no interrupt (an unhandled fault's SIGINT, which
+    # may come late or while the job shuts down) cuts crown.run's report or
+    # the shutdown: SIGINT is blocked on this thread, and one already caught
+    # is dropped.
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+    except ValueError:  # not the main thread: no interrupt is aimed here
+        pass
+
+
+def _outcome_code(outcome) -> int:
+    """The job's exit code after main ended with `outcome` (None: returned),
+    its error printed once."""
+    sys.stdout.flush()
+    if outcome is None:
+        return 0
+    faulted = bool(_crown.unhandled_faults())
+    if isinstance(outcome, _crown.UnhandledFault) or (
+            isinstance(outcome, KeyboardInterrupt) and faulted):
+        print(f"crown: main was interrupted ({type(outcome).__name__}) by the unhandled failure "
+              "above; the job ends with code 1", file=sys.stderr)
+        return 1
+    if isinstance(outcome, SystemExit):  # sys.exit() in main: the job ends as the script said
+        return _exit_codes.exit_code(outcome)
+    print("crown: the controller failed:", file=sys.stderr)
+    traceback.print_exception(type(outcome), outcome, outcome.__traceback__)
+    return 1

@@ -13,16 +13,16 @@ controller through member_failed() here, whose
 ``crown.actor.unhandled_fault_hook`` is called. This module keeps only the
 Python side: MeshFailure, the classes of the meshes spawned here, and stop
 by owner. The
-default hook ends the job non-zero (Monarch's default): the report is
-printed, the controller's main thread gets a KeyboardInterrupt, and the job's
-exit code is 1 whatever main does next.
+default hook ends the job non-zero (Monarch's default): a hook that raises
+leaves the fault unhandled, and _crown.fault_unhandled ends the job
+(supervision/job_end.h: the report is printed, main's crown waits raise
+UnhandledFault and main gets a SIGINT, and the job exits 1 within
+CROWN_FAULT_GRACE_MS whatever main does next).
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
-import sys
 import threading
 from typing import Dict, List, NamedTuple, Optional
 
@@ -63,7 +63,6 @@ class _Registered(NamedTuple):
 # (_crown.owned_mesh, owned_by, members_stopped).
 _registered: Dict[int, _Registered] = {}
 _lock = threading.Lock()
-unhandled = []  # failures no hook handled on this rank: the job ends non-zero
 
 
 @contextlib.contextmanager
@@ -168,7 +167,4 @@ def _fault_on_controller(failure) -> None:
     try:
         actor.unhandled_fault_hook(failure)
     except BaseException:  # noqa: BLE001 - sys.exit included: the fault is unhandled
-        print(f"crown: unhandled failure, ending the job: {failure.report()}", file=sys.stderr,
-              flush=True)
-        unhandled.append(failure)
-        _thread.interrupt_main()  # only the main thread may end the program
+        _crown.fault_unhandled(failure.report())  # prints it; the first ends the job

@@ -58,13 +58,16 @@ __all__ = [
     "PortReceiver",
     "Accumulator", "current_rank", "current_size", "current_actor_name", "context", "this_host",
     "this_proc", "HostMesh", "Shape", "Slice", "MessagesLost", "MeshFailure",
-    "unhandled_fault_hook",
+    "unhandled_fault_hook", "UnhandledFault",
 ]
 
 R = TypeVar("R")
 
 SupervisionError = _crown.SupervisionError
 MeshError = _crown.MeshError
+# What main's crown waits raise once a fault is left unhandled: a SystemExit
+# (code 1), so that `except Exception` does not swallow the end of the job.
+UnhandledFault = _crown.UnhandledFault
 Shape = _crown.Shape
 
 
@@ -101,8 +104,10 @@ def unhandled_fault_hook(failure) -> None:
     it; it runs on a runtime thread, so it should return quickly. Returning
     drops the fault. Raising (the default raises SystemExit(1) for a
     MeshFailure, as Monarch's does) leaves it unhandled: crown prints the
-    report, interrupts the main thread (KeyboardInterrupt) and the job exits
-    1. The default prints a MessagesLost and returns."""
+    report and the job exits 1 within ``CROWN_FAULT_GRACE_MS`` (1 s) whatever
+    main is doing: main's crown waits raise :class:`UnhandledFault`, main
+    gets a KeyboardInterrupt (a real SIGINT), and a main that does not end
+    in time is ended. The default prints a MessagesLost and returns."""
     if isinstance(failure, MeshFailure):
         sys.exit(1)
     print(f"crown: unhandled fault: {failure}", file=sys.stderr, flush=True)

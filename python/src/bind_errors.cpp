@@ -2,12 +2,15 @@
 // ProcessLost -> SupervisionError (with .rank and .host), ActorFailed ->
 // SupervisionError (with .rank, .host, .actor and .cause), RemoteError ->
 // RemoteActorError, MeshError -> MeshError (with .failures), Timeout ->
-// TimeoutError, ConfigError -> ValueError, anything else of crown's -> CrownError.
+// TimeoutError, ConfigError -> ValueError, supervision::UnhandledFault ->
+// UnhandledFault (a SystemExit with code 1: the job ends, and an
+// `except Exception` does not swallow it), anything else of crown's -> CrownError.
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
 #include "crown/common/error.h"
 #include "crown/mesh/value_mesh.h"
+#include "crown/supervision/job_end.h"
 
 namespace py = pybind11;
 
@@ -37,6 +40,7 @@ void bindErrors(py::module_& m) {
   static py::handle remote = makeError(m, "RemoteActorError", crownError.ptr());
   static py::handle meshError = makeError(m, "MeshError", crownError.ptr());
   static py::handle actorStopped = makeError(m, "ActorStoppedError", crownError.ptr());
+  static py::handle unhandledFault = makeError(m, "UnhandledFault", PyExc_SystemExit);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -57,6 +61,8 @@ void bindErrors(py::module_& m) {
       raise(meshError, e.what(), py::dict(py::arg("failures") = failures));
     } catch (const ActorStopped& e) {
       PyErr_SetString(actorStopped.ptr(), e.what());
+    } catch (const supervision::UnhandledFault& e) {
+      raise(unhandledFault, e.what(), py::dict(py::arg("code") = 1));
     } catch (const Timeout& e) {
       PyErr_SetString(PyExc_TimeoutError, e.what());
     } catch (const ConfigError& e) {

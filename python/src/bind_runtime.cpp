@@ -8,16 +8,22 @@
 // on the rank that owns the mesh.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pthread.h>
+
+#include <csignal>
+#include <thread>
 
 #include "bindings.h"
 #include "crown/actor/lost_messages.h"
 #include "crown/bootstrap/controller.h"
+#include "crown/common/abortable.h"
 #include "crown/common/log.h"
 #include "crown/common/trace.h"
 #include "crown/debug/logs.h"
 #include "crown/debug/pdb.h"
 #include "crown/debug/stacks.h"
 #include "crown/mesh/world_shape.h"
+#include "crown/supervision/job_end.h"
 #include "crown/supervision/module.h"
 #include "gil.h"
 
@@ -62,7 +68,16 @@ void toSupervision(const supervision::MemberFailure& failure) {
   // Once the job ends, ranks leave without a word (after a loss, without
   // the shutdown barrier): nothing they take with them is a failure now.
   if (Runtime::current().shuttingDown()) return;
+  // On the controller, a hook that cannot get the GIL in time (main holds
+  // it in C code) leaves its fault unhandled (supervision/job_end.h).
+  supervision::HookWatch watch(
+      failure.mesh == supervision::kEveryMesh
+          ? "process rank " + std::to_string(failure.rank) + " (" + failure.host +
+                ") was lost: " + failure.cause
+          : "actor mesh '" + failure.actor + "': the member on rank " +
+                std::to_string(failure.rank) + " (" + failure.host + ") died: " + failure.cause);
   Gil gil;
+  if (!watch.start()) return;  // too late: the job is ending already
   try {
     auto supervision = py::module_::import("crown._supervision");
     if (failure.mesh == supervision::kEveryMesh) {
@@ -75,6 +90,24 @@ void toSupervision(const supervision::MemberFailure& failure) {
     log::get().error("a failure of mesh '{}' (rank {}) could not be supervised: {}",
                      failure.actor, failure.rank, e.what());
   }
+}
+
+// At the first unhandled fault, a real SIGINT to the thread that called
+// init (Python's main thread): unlike interrupt_main() it wakes time.sleep,
+// selectors and lock waits, and Python's handler raises KeyboardInterrupt
+// there. Not when main is blocked in a crown wait (the abort wakes it with
+// UnhandledFault, one exception is enough), nor when Python's SIGINT
+// handler is gone (the default action would kill the controller unannounced).
+void interruptThisThreadAtFault() {
+  supervision::setMainInterrupt([main = pthread_self(), id = std::this_thread::get_id()] {
+    if (inAbortableWait(id)) return;
+    struct sigaction current {};
+    if (::sigaction(SIGINT, nullptr, &current) != 0 || current.sa_handler == SIG_DFL ||
+        current.sa_handler == SIG_IGN) {
+      return;
+    }
+    ::pthread_kill(main, SIGINT);
+  });
 }
 
 }  // namespace
@@ -91,10 +124,13 @@ void bindRuntime(py::module_& m) {
         pointers.push_back(nullptr);
         int argc = static_cast<int>(kept.size());
         char** args = pointers.data();
+        bool onMainThread = py::module_::import("threading").attr("current_thread")().is(
+            py::module_::import("threading").attr("main_thread")());
         py::gil_scoped_release release;
         Runtime& runtime = Runtime::init(&argc, &args);
         runtime.proc().setLostMessagesHook(toFaultHook);
         supervision::setFailureHook(runtime.proc(), toSupervision);
+        if (runtime.topology().rank == 0 && onMainThread) interruptThisThreadAtFault();
         return runtime.topology().rank;
       },
       "Bootstraps this rank (collective over MPI_COMM_WORLD); returns its rank.");
@@ -114,6 +150,15 @@ void bindRuntime(py::module_& m) {
       "shutdown", [](int code) { finishController(Runtime::current(), code); },
       py::call_guard<py::gil_scoped_release>(),
       "The controller tells every worker to exit with code, and finishes.");
+  m.def(
+      "fault_unhandled", [](const std::string& report) { supervision::faultUnhandled(report); },
+      py::call_guard<py::gil_scoped_release>(),
+      "The controller's fault hook left this fault unhandled: the report is printed, and at the "
+      "first the job ends (supervision/job_end.h): the program's crown waits raise "
+      "UnhandledFault, its main thread gets a SIGINT, and past CROWN_FAULT_GRACE_MS the job "
+      "ends with code 1 without it.");
+  m.def("unhandled_faults", &supervision::unhandledFaults,
+        "The reports of the faults left unhandled on this rank, in order.");
   m.def("owns_mpi", [] { return Runtime::current().ownsMpi(); });
   m.def("tracing", [] { return trace::on(); }, "Whether this rank records a trace (CROWN_TRACE).");
   m.def(

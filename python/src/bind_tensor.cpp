@@ -26,6 +26,7 @@
 #include "crown/tensor/tensor_mesh.h"
 #include "gil.h"
 #include "native_torch.h"
+#include "program_wait.h"
 
 namespace py = pybind11;
 
@@ -152,6 +153,7 @@ class TensorFetch {
     FetchReply reply;
     {
       py::gil_scoped_release release;
+      ProgramWait abortable;  // fails with UnhandledFault when the job ends
       reply = timeout ? future_.get(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000)))
                       : future_.get();
     }

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "bootstrap/job_ender.h"
 #include "bootstrap/lifecycle.h"
 #include "crown/bootstrap/controller.h"
 #include "crown/common/env.h"
@@ -108,7 +110,26 @@ std::vector<std::pair<Rank, std::string>> withHosts(Proc& proc, std::vector<Rank
 }
 }  // namespace
 
+namespace {
+// finishController runs once: the first caller (crown.shutdown, the job
+// ender of job_ender.h) runs it, a later one waits until it is done.
+std::atomic<bool> g_finishBegun{false};
+std::atomic<bool> g_finishDone{false};
+}  // namespace
+
+bool detail::controllerFinishBegun() { return g_finishBegun.load(); }
+
 void finishController(Runtime& runtime, int code) {
+  if (g_finishBegun.exchange(true)) {  // test-and-set: two callers never both run it
+    g_finishDone.wait(false);
+    return;
+  }
+  struct Done {
+    ~Done() {
+      g_finishDone.store(true);
+      g_finishDone.notify_all();
+    }
+  } done;
   if (runtime.finishing()) return;  // shut down already (crown.shutdown called twice)
   Proc& proc = runtime.proc();
   std::vector<Rank> lost = lostRanks(proc);

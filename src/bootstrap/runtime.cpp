@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bootstrap/departure.h"
+#include "bootstrap/job_ender.h"
 #include "bootstrap/lifecycle.h"
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
@@ -365,6 +366,7 @@ Runtime& Runtime::init(int* argc, char*** argv) {
       log::get().warn("no debug server (crown stacks will not reach this job): {}", e.what());
     }
   }
+  if (topo.rank == 0) detail::installJobEnder(self);  // an unhandled fault ends the job
   std::string listening;
   for (const auto& [backend, address] : self.addresses_) listening += " " + backend;
   log::get().debug("bootstrap done: rank {} of {} ({} slots), host {} ({} of {}), listening on{}",

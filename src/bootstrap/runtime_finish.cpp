@@ -3,6 +3,7 @@
 // then SHT-1's bound, the shutdown word, the barrier, the links, MPI.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -20,6 +21,10 @@ namespace crown {
 namespace {
 
 using namespace std::chrono_literals;
+
+// How long a failed job's shutdown waits on handlers still running and on
+// queued frames (CROWN_FLUSH_TIMEOUT_MS, if shorter, instead).
+constexpr int kFailedJobFlushMs = 200;
 
 // Said on the controller's terminal whatever the log level: the user asked
 // for the file and needs to know where it went, or why it did not.
@@ -77,7 +82,15 @@ void Runtime::finish(int code) {
         log::get().error("shutdown: MPI_Ibarrier failed: {}", e.what());
       }
     }
-    proc_->stop(env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s));
+    auto flush = env::millis("CROWN_FLUSH_TIMEOUT_MS", 5s);
+    if (code != 0) {
+      // A failed job (main raised, or a fault nothing handled ended it,
+      // perhaps while main waited on one of them) does not wait on
+      // handlers still running: nobody is left for their results.
+      flush = std::min(flush, std::chrono::milliseconds(kFailedJobFlushMs));
+      pool_->setStopBound(flush);
+    }
+    proc_->stop(flush);
   }
   std::fflush(stdout);
   if (peerLost && mpi_->ownsMpi) {

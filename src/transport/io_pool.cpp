@@ -64,6 +64,11 @@ void IoPool::after(std::chrono::milliseconds delay, std::function<void()> task) 
       });
 }
 
+void IoPool::setStopBound(std::chrono::milliseconds bound) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->stopBound = bound;
+}
+
 void IoPool::stop() {
   {
     std::lock_guard lock(impl_->mutex);
@@ -78,8 +83,13 @@ void IoPool::stop() {
   // SHT-1: a task that never returns (an endpoint stuck in user code) must
   // not hold the process: past the bound, its thread is left to run on, and
   // the shared state it holds lives until it returns, if ever.
-  auto deadline = std::chrono::steady_clock::now() +
-                  env::millis("CROWN_FLUSH_TIMEOUT_MS", std::chrono::seconds(5));
+  std::chrono::milliseconds bound;
+  {
+    std::lock_guard lock(impl_->mutex);
+    bound = impl_->stopBound.value_or(
+        env::millis("CROWN_FLUSH_TIMEOUT_MS", std::chrono::seconds(5)));
+  }
+  auto deadline = std::chrono::steady_clock::now() + bound;
   std::size_t leftBehind = 0;
   for (auto& worker : impl_->workers) {
     if (worker.thread.get_id() == std::this_thread::get_id()) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "crown/transport/io_pool.h"
@@ -37,6 +38,7 @@ struct IoPool::Impl {
   std::condition_variable exitedCv;  // a worker has left workerMain
   std::list<Worker> workers;  // stable addresses
   bool stopped = false;
+  std::optional<std::chrono::milliseconds> stopBound;  // setStopBound's, else the setting
   std::thread monitor;
   bool monitorAsleep = false;  // waiting for the first task after an idle spell
   std::uint64_t tasksStarted = 0;

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "crown/common/abortable.h"
 #include "crown/common/blocking.h"
 #include "crown/common/error.h"
 #include "crown/common/spin_wait.h"
@@ -49,7 +50,9 @@ class FutureState {
     return ready_;
   }
 
-  /// Waits until ready or until `deadline`; true when ready.
+  /// Waits until ready or until `deadline`; true when ready. Within an
+  /// AbortableScope (common/abortable.h), throws the abort's error once the
+  /// controller program's waits are aborted and the state is not ready.
   bool waitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
     // A pool thread does not spin: it may be the one that would read the reply.
     if (blockingHooks() == nullptr &&
@@ -57,12 +60,16 @@ class FutureState {
       return true;
     }
     BlockingScope blocking;  // a pool thread about to block lets its pool compensate
+    AbortableWait abortable(mutex_, ready_cv_);  // before the lock: abortable.h's order
     std::unique_lock lock(mutex_);
+    auto done = [&] { return ready_ || abortable.aborted(); };
     if (!deadline) {
-      ready_cv_.wait(lock, [this] { return ready_; });
-      return true;
+      ready_cv_.wait(lock, done);
+    } else if (!ready_cv_.wait_until(lock, *deadline, done)) {
+      return false;
     }
-    return ready_cv_.wait_until(lock, *deadline, [this] { return ready_; });
+    if (!ready_) abortable.rethrow();
+    return true;
   }
 
   /// Rethrows the error, or returns the value. Only when ready.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 
+#include "crown/common/abortable.h"
 #include "crown/common/blocking.h"
 #include "crown/mesh/value_mesh.h"
 
@@ -66,9 +67,11 @@ class MeshStream {
     mesh::CastEntry entry;
     {
       detail::BlockingScope blocking;  // a pool thread waiting lets its pool compensate
+      // Before the lock (common/abortable.h): the controller program's wait fails at an abort.
+      detail::AbortableWait abortable(state_->mutex, state_->cv);
       std::unique_lock lock(state_->mutex);
       if (state_->handedOut == size()) return std::nullopt;
-      auto ready = [this] { return !state_->arrived.empty(); };
+      auto ready = [&] { return !state_->arrived.empty() || abortable.aborted(); };
       if (!deadline) {
         state_->cv.wait(lock, ready);
       } else if (!state_->cv.wait_until(lock, *deadline, ready)) {
@@ -76,6 +79,7 @@ class MeshStream {
                       std::to_string(state_->handedOut) + " of " + std::to_string(size()) +
                       " so far)");
       }
+      if (state_->arrived.empty()) abortable.rethrow();
       entry = std::move(state_->arrived.front());
       state_->arrived.pop_front();
       ++state_->handedOut;

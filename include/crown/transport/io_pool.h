@@ -39,6 +39,9 @@ class IoPool final : public Executor {
   /// A thread still in a task after CROWN_FLUSH_TIMEOUT_MS (a handler that
   /// never returns) is left to run on, likewise, and logged (SHT-1).
   void stop() override;
+  /// The bound stop() gives a thread still in a task, instead of
+  /// CROWN_FLUSH_TIMEOUT_MS (a failed job's shutdown waits less: Runtime::finish).
+  void setStopBound(std::chrono::milliseconds bound);
   bool inPool() const override;
   /// Threads running the io_context now (not parked, not blocked).
   int runningThreads() const;
