@@ -104,20 +104,20 @@ class EndpointRef:
         _hold_until_handled(sent, mesh)
         return replies
 
-    def _ported_direct(self, rank: int, args, kwargs, adverb: str) -> Future:
-        replies = _PortedReplies(self, [rank])
+    def _direct(self, rank: int, args, kwargs, adverb: str) -> Future:
+        """One actor's reply: a request, and for a ported endpoint its reply
+        port too (a per-member port watching that member's rank)."""
+        replies = _PortedReplies(self, [rank]) if self._ported else None
         with _sent.collecting() as sent:
-            parts = replies.payload(args, kwargs, adverb, parts=True)
+            if replies is not None:
+                parts = replies.payload(args, kwargs, adverb, parts=True)
+            else:
+                parts = self._parts(args, kwargs, adverb)
         pending = _crown.request(rank, self._mesh._local, *parts)
         _sent.hold(sent, pending.done)  # done when the endpoint returns: it has read them
-        replies.watch_request(rank, pending)
-        return Future(lambda timeout: replies.one(rank, timeout))
-
-    def _direct(self, rank: int, args, kwargs, adverb: str) -> Future:
-        with _sent.collecting() as sent:
-            parts = self._parts(args, kwargs, adverb)
-        pending = _crown.request(rank, self._mesh._local, *parts)
-        _sent.hold(sent, pending.done)
+        if replies is not None:
+            replies.watch_request(rank, pending)
+            return Future(lambda timeout: replies.one(rank, timeout))
 
         def wait(timeout):
             try:
@@ -146,15 +146,10 @@ class EndpointRef:
                                  f"{shape} ({len(shape)} actors): slice it first, e.g. "
                                  f".slice({shape.labels[0]}=0), or use call()")
             self._only_rank = shape.ranks()[0]
-        if self._ported:
-            return self._ported_direct(self._only_rank, args, kwargs, "call_one")
         return self._direct(self._only_rank, args, kwargs, "call_one")
 
     def choose(self, *args, **kwargs) -> Future:
         """One actor's reply, spreading calls over the live actors."""
-        if self._ported:
-            return self._ported_direct(_crown.choose_rank(self._mesh._shape), args, kwargs,
-                                       "choose")
         return self._direct(_crown.choose_rank(self._mesh._shape), args, kwargs, "choose")
 
     def stream(self, *args, **kwargs) -> Iterator[Future]:
@@ -266,9 +261,9 @@ class Accumulator:
 
 def _hold_until_handled(sent: List[Any], mesh) -> None:
     """Keeps the mesh tensors of a message with no reply of its own (sent)
-    until every actor of mesh has handled it: a probe cast after it answers
+    until every actor of mesh has handled it: a fence cast after it answers
     once each actor has handled what came before (ORD-1)."""
     if sent:
-        probe = _crown.cast_call(mesh._shape, mesh._local,
-                                 _pickle.dumps((_runtime.PROBE, (), {})))
-        _sent.hold(sent, probe.done)
+        fence = _crown.cast_call(mesh._shape, mesh._local,
+                                 _pickle.dumps((_runtime.FENCE, (), {})))
+        _sent.hold(sent, fence.done)

@@ -1,20 +1,17 @@
 """Channels and reply ports (crown.actor re-exports the public ones): a Port
 is a picklable address that actors send values to, received in order by
-its PortReceiver; a ported endpoint's caller waits on a reply port
-(_PortedReplies), never for good (DLV-1)."""
+its PortReceiver; a ported endpoint's caller waits on a per-member reply
+port (_PortedReplies), never for good (DLV-1)."""
 
 from __future__ import annotations
 
-import itertools
-import queue
 import threading
 import time
-import weakref
-from typing import TYPE_CHECKING, Any, Dict, Generic, List, Optional, Tuple, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, List, Optional, Tuple,
+                    TypeVar)
 
-from . import _crown, _pickle, _runtime, _supervision
-from ._endpoints import (Actor, ActorError, ActorStoppedError, _entry_error, _outcome, _unpicklable,
-                         endpoint)
+from . import _crown, _pickle, _runtime
+from ._endpoints import ActorError, ActorStoppedError, _entry_error, _outcome, _unpicklable
 from ._values import Future
 
 if TYPE_CHECKING:
@@ -30,49 +27,13 @@ SupervisionError = _crown.SupervisionError
 # PortReceiver, on the process that opened the channel, receives them in
 # order. Both are native ports (crown/actor/port.h): an entry of this
 # process's request table, so the receiver fails with its owner (DLV-1) and
-# a stream port's senders wait for its receiver (FLO-1).
-#
-# A ported endpoint's reply port (_ReplyPort, _PortedReplies) still goes
-# through one port actor per process (spawned by the first ported call
-# there), which routes every value by port id to its waiter's queue.
-_receivers: Dict[int, "queue.Queue"] = {}  # port id -> a reply port's queue
-_next_port = itertools.count(1)
-_port_lock = threading.Lock()
-_port_actor: Optional[int] = None  # the port actor's local id, once spawned
-
-
-class _PortActor(Actor):
-    @endpoint
-    def deliver(self, port_id: int, item, quiet: bool = False):
-        receiver = _receivers.get(port_id)
-        if receiver is None:
-            # A warning, not a raise: a failure would count against the one
-            # actor that serves every channel of this process. Quiet for a
-            # reply port: what comes after the reply (or after the caller
-            # gave up) is dropped, as a once-port's would be.
-            if not quiet:
-                _crown.log("warn", f"port {port_id} on rank {_crown.rank()} is closed: dropped "
-                                   f"a {type(item).__name__} sent to it")
-            return
-        receiver.put(item)
-
-
-def _port_actor_id() -> int:
-    global _port_actor
-    with _port_lock:
-        if _port_actor is None:
-            with _supervision.system_spawn():  # it serves every channel of this process
-                from .actor import this_proc  # here: actor.py imports this module
-
-                ports = this_proc().spawn("crown-ports", _PortActor)
-                ports._ready()  # Port.send goes to it directly
-                _port_actor = ports._local
-        return _port_actor
+# a stream port's senders wait for its receiver (FLO-1). A ported
+# endpoint's reply port (_PortedReplies) is a per-member native port.
 
 
 def open_ports() -> int:
     """How many PortReceivers this process holds open (for tests and leak hunts)."""
-    return _crown.open_ports() + len(_receivers)
+    return _crown.open_ports()
 
 
 class _Failed:
@@ -84,11 +45,6 @@ class _Failed:
 
     def error(self, actor: str) -> "ActorError":
         return _outcome(_runtime.RAISED + self.body, self.rank, actor)
-
-
-class _Died:
-    """Sent to a reply port by an actor dying of a concurrent task's failure:
-    its caller asks at once whether the member lives (it does not)."""
 
 
 class Port(Generic[R]):
@@ -126,61 +82,14 @@ class Port(Generic[R]):
         return (Port, (self._handle,))
 
 
-class _ActorPort(Port):
-    """A reply port through this process's port actor (_PortedReplies)."""
-
-    _quiet = False  # whether a value for a closed port is dropped without a warning
-
-    def __init__(self, rank: int, local: int, port_id: int):
-        self._rank, self._local, self._port_id = rank, local, port_id
-
-    def _item(self, item):
-        return item
-
-    def _post(self, item, what: str) -> None:
-        try:
-            parts = _pickle.dumps_parts(("deliver", (self._port_id, self._item(item),
-                                                     self._quiet), {}))
-        except TypeError as e:
-            raise _unpicklable(e, what, (item,), {}) from None
-        _crown.send(self._rank, self._local, *parts)
-
-    def __reduce__(self):
-        return (_ActorPort, (self._rank, self._local, self._port_id))
-
-
-class _ReplyPort(_ActorPort):
-    """The port a ported endpoint's caller waits on (_PortedReplies). Each
-    value goes with the member that sends it (the rank where the port first
-    arrived), since a cast's members all get the same port."""
-
-    _quiet = True
-
-    def __init__(self, rank: int, local: int, port_id: int, member: Optional[int] = None):
-        super().__init__(rank, local, port_id)
-        self._member = member
-
-    def _item(self, item):
-        return (self._member, item)
-
-    def _died(self) -> None:
-        self._post(_Died(), "Port.send()")
-
-    def __reduce__(self):
-        return (_reply_port, (self._rank, self._local, self._port_id, self._member))
-
-
-def _reply_port(rank: int, local: int, port_id: int, member: Optional[int]) -> _ReplyPort:
-    return _ReplyPort(rank, local, port_id, _crown.rank() if member is None else member)
-
-
-class _DroppingPort(_ActorPort):
+class _DroppingPort(Port):
     """A broadcast's port (Monarch's DroppingPort): nobody waits, so values
-    are dropped, and an exception sent to it is raised where it is sent, so
-    that it kills the actor as any failed one-way call does."""
+    are dropped (no port is open for it), and an exception sent to it is
+    raised where it is sent, so that it kills the actor as any failed
+    one-way call does."""
 
     def __init__(self):
-        super().__init__(-1, 0, 0)
+        super().__init__(None)
 
     def send(self, value) -> None:
         pass
@@ -203,56 +112,67 @@ def _ported_payload(ref: "EndpointRef", port: Port, args, kwargs, adverb: str,
         raise _unpicklable(e, f"{ref._name}.{adverb}()", args, kwargs) from None
 
 
-REPLY_POLL_S = 0.05  # how often a caller waiting on a reply port looks at its members
-PROBE_INTERVAL_S = 1.0  # how often it asks a member that returned without replying
-
-
 class _PortedReplies:
     """The replies of one call to a ported endpoint (explicit_response_port,
     concurrent_endpoint): each member's first value or exception sent to the
     call's reply port, in arrival order.
 
-    DLV-1: a member that dies, or whose process is lost, before it replies
-    does not leave its caller waiting. The call travels as a request (a
-    cast's members each answer), whose completion fails when the member dies
-    or its process is lost while the endpoint runs; once the endpoint has
-    returned without replying (it replies later, from elsewhere), the caller
-    asks the member, with a probe request, every PROBE_INTERVAL_S, at once
-    when ``_crown.alive(rank)`` says its process is gone, and at once when
-    the member says it dies (_Died): a dead member refuses the probe with
-    SupervisionError naming the cause, a stopped one with
-    ActorStoppedError, a lost process with SupervisionError, and that is the
-    member's outcome. A member that lives and never replies is waited for
-    (get(timeout) bounds the wait)."""
+    The reply port is a native per-member port (crown/actor/port.h) watching
+    the members, so DLV-1 holds with no polling and no probing: the port
+    hears at once, as an error item, when a member returns without replying
+    (its last handle dropped unsent), when the actor holding it stops or
+    dies, and when a member's process is lost. The call itself travels as a
+    request (a cast's members each answer): a member whose call fails (it
+    was refused, or the endpoint raised) settles with that failure, which is
+    preferred over the port's error item for the same member (it says why).
+    The caller waits on one thing at a time: the calls while some are
+    outstanding (each ends: DLV-1), taking what the port has meanwhile
+    without waiting, then the port."""
 
     def __init__(self, ref: "EndpointRef", ranks: List[int]):
         self._ref = ref
         self._actor = ref._mesh._name
-        self._queue: "queue.Queue" = queue.Queue()
-        local = _port_actor_id()
-        port_id = next(_next_port)
-        _receivers[port_id] = self._queue
-        self._close = weakref.finalize(self, _receivers.pop, port_id, None)
-        self._close.atexit = False
-        self.port = _ReplyPort(_crown.rank(), local, port_id)
+        self._receiver = _crown.open_port("per_member", list(ranks))
+        self.port = Port(self._receiver.port())
         self._ranks = list(ranks)
         self._open = set(ranks)  # members with no outcome yet
         self._outcomes: Dict[int, Tuple[Any, Optional[BaseException]]] = {}
         self._arrivals: List[int] = []  # members in the order their outcomes came
-        self._requests: Dict[int, Any] = {}  # member -> the call's RequestFuture
-        self._stream = None  # a cast's CastStream, until every member has answered
-        self._returned: Dict[int, float] = {}  # member -> when to probe it next
-        self._probes: Dict[int, Any] = {}  # member -> a probe's RequestFuture
+        self._calls: Optional[Callable[[Optional[float]], Any]] = None  # the next call outcome
+        self._called: Dict[int, Optional[BaseException]] = {}  # member -> its call's failure
+        self._held: Dict[int, BaseException] = {}  # member -> a port error, until its call ends
+        self._ended = False  # the port gave every member's item
         self._lock = threading.Lock()
 
     def payload(self, args, kwargs, adverb: str, parts: bool = False):
         return _ported_payload(self._ref, self.port, args, kwargs, adverb, parts)
 
     def watch_request(self, rank: int, pending) -> None:
-        self._requests[rank] = pending
+        def next_call(timeout):
+            if self._calls is None:
+                return None
+            try:
+                returned = _outcome(pending.get(timeout), rank, self._actor)
+                error = returned if isinstance(returned, ActorError) else None
+            except TimeoutError:
+                raise
+            except Exception as failure:  # noqa: BLE001 - the member's outcome
+                error = failure
+            self._calls = None
+            return rank, error
+
+        self._calls = next_call
 
     def watch_stream(self, stream) -> None:
-        self._stream = stream
+        def next_call(timeout):
+            item = stream.next(timeout)  # TimeoutError when nothing came in time
+            if item is None:
+                self._calls = None
+                return None
+            (rank, _, error), = self._ref._entries([item])
+            return rank, error
+
+        self._calls = next_call
 
     # The outcomes, each waiting as long as timeout allows (TimeoutError
     # leaves the call pending; get again later).
@@ -276,33 +196,86 @@ class _PortedReplies:
 
     def _wait(self, enough, timeout: Optional[float], what: str) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def late():
+            return TimeoutError(f"{what} of {self._actor}.{self._ref._name} did not arrive "
+                                f"within {timeout} s")
+
         if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise TimeoutError(f"{what} of {self._actor}.{self._ref._name} did not arrive "
-                               f"within {timeout} s")
+            raise late()
         try:
             while not enough():
-                self._look()
+                while self._open and not self._ended and self._port(0):
+                    pass  # what the port has now, without waiting
                 if enough():
                     break
-                wait = REPLY_POLL_S
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"{what} of {self._actor}.{self._ref._name} did not "
-                                           f"arrive within {timeout} s")
-                    wait = min(wait, left)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
-                    item = self._queue.get(timeout=wait)
-                except queue.Empty:
-                    continue
-                self._arrived(item)
-                while True:  # what else came meanwhile, without waiting
-                    try:
-                        self._arrived(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                    if self._calls is not None:
+                        called = self._calls(left)
+                        if called is not None:
+                            self._call_ended(*called)
+                    elif self._ended:  # every member's item was taken: nothing more comes
+                        for rank in list(self._open):
+                            held = self._held.pop(rank, None)
+                            self._settle(rank, None, held or _crown.CrownError(
+                                f"the reply port of {self._actor}.{self._ref._name} ended "
+                                f"without rank {rank}'s reply"))
+                    elif left == 0:
+                        raise TimeoutError
+                    else:
+                        self._port(left)
+                except TimeoutError:
+                    raise late() from None
         finally:
             self._lock.release()
+
+    def _port(self, timeout: Optional[float]) -> bool:
+        """Takes one item of the reply port (TimeoutError when none came in
+        time; with timeout 0, False instead)."""
+        try:
+            entry = self._receiver.next(timeout)
+        except TimeoutError:
+            if timeout == 0:
+                return False
+            raise
+        if entry is None:  # each member's item was taken (held ones wait for their calls)
+            self._ended = True
+            return False
+        rank, payload, failure = entry
+        if rank not in self._open and len(self._ranks) == 1:
+            rank = self._ranks[0]  # sent from elsewhere by the one member's forwarded port
+        if failure is not None:  # the member let the port go, or it or its process went
+            if failure[0] == "dropped":  # its last handle went unsent
+                error = ActorError(f"rank {rank}, actor '{self._actor}': "
+                                   f"{self._ref._name} returned without replying ({failure[1]})",
+                                   rank=rank, actor=self._actor, remote_type="dropped")
+            else:
+                error = _entry_error(failure, self._actor, self._ref._name, rank)
+            if rank in self._called:  # its call has ended well: this is its outcome
+                self._settle(rank, None, error)
+            else:  # its call says why, as it ends
+                self._held.setdefault(rank, error)
+            return True
+        item = _pickle.loads(payload)
+        if isinstance(item, _Failed):
+            self._settle(rank, None, item.error(self._actor))
+        else:
+            self._settle(rank, item, None)
+        return True
+
+    def _call_ended(self, rank: int, error: Optional[BaseException]) -> None:
+        self._called[rank] = error
+        if rank not in self._open:
+            return
+        if error is not None:
+            if isinstance(error, _crown.ActorStoppedError) and not isinstance(
+                    error, ActorStoppedError):
+                error = ActorStoppedError(str(error), rank=rank, actor=self._actor,
+                                          remote_type="stopped")
+            self._settle(rank, None, error)
+        elif rank in self._held:
+            self._settle(rank, None, self._held.pop(rank))
 
     def _settle(self, rank: int, value, error: Optional[BaseException]) -> None:
         if rank not in self._open:
@@ -310,79 +283,10 @@ class _PortedReplies:
         self._open.discard(rank)
         self._outcomes[rank] = (value, error)
         self._arrivals.append(rank)
-        self._returned.pop(rank, None)
-        self._probes.pop(rank, None)
-        self._requests.pop(rank, None)
+        self._held.pop(rank, None)
         if not self._open:
-            self._close()  # later sends to the port are dropped, quietly
-            self._stream = None
-
-    def _arrived(self, item) -> None:
-        member, payload = item
-        if member not in self._open:
-            return
-        if isinstance(payload, _Died):
-            self._returned[member] = 0.0  # ask now
-        elif isinstance(payload, _Failed):
-            self._settle(member, None, payload.error(self._actor))
-        else:
-            self._settle(member, payload, None)
-
-    def _returned_without_reply(self, rank: int) -> None:
-        if rank in self._open:
-            self._returned.setdefault(rank, time.monotonic() + PROBE_INTERVAL_S)
-
-    def _failed(self, rank: int, error: BaseException) -> None:
-        if isinstance(error, _crown.ActorStoppedError) and not isinstance(error,
-                                                                          ActorStoppedError):
-            error = ActorStoppedError(str(error), rank=rank, actor=self._actor,
-                                      remote_type="stopped")
-        self._settle(rank, None, error)
-
-    def _look(self) -> None:
-        """Takes what the calls and the probes have to say, and probes the
-        members that returned without replying when it is time."""
-        for rank, pending in list(self._requests.items()):
-            if pending.done():
-                del self._requests[rank]
-                try:
-                    outcome = _outcome(pending.get(), rank, self._actor)
-                except Exception as error:  # noqa: BLE001 - the member's outcome
-                    self._failed(rank, error)
-                    continue
-                if isinstance(outcome, ActorError):
-                    self._settle(rank, None, outcome)
-                else:
-                    self._returned_without_reply(rank)
-        while self._stream is not None:
-            try:
-                item = self._stream.next(0)
-            except TimeoutError:
-                break
-            if item is None:
-                self._stream = None
-                break
-            (rank, _, error), = self._ref._entries([item])
-            if error is not None:
-                self._settle(rank, None, error)
-            else:
-                self._returned_without_reply(rank)
-        now = time.monotonic()
-        for rank, when in list(self._returned.items()):
-            probe = self._probes.get(rank)
-            if probe is not None:
-                if probe.done():
-                    del self._probes[rank]
-                    try:
-                        probe.get()
-                        self._returned[rank] = now + PROBE_INTERVAL_S
-                    except Exception as error:  # noqa: BLE001 - the member is gone
-                        self._failed(rank, error)
-                continue
-            if now >= when or not _crown.alive(rank):
-                self._probes[rank] = _crown.request(
-                    rank, self._ref._mesh._local,
-                    *_pickle.dumps_parts((_runtime.PROBE, (), {})))
+            self._receiver.close()  # later sends to the port are dropped, quietly
+            self._calls = None
 
 
 class PortReceiver(Generic[R]):

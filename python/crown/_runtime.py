@@ -45,7 +45,7 @@ VALUE = b"\x00"
 RAISED = b"\x01"
 FATAL = b"\x02"
 STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
-PROBE = "__crown_probe__"  # a caller waiting on a port asks whether the actor still lives
+FENCE = "__crown_fence__"  # answered once the actor has handled what came before (ORD-1)
 DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
 STOP_WAIT_S = 5.0  # how long release() waits for cancelled tasks to finish
 
@@ -181,6 +181,7 @@ class _ActorLoop:
         self.here = _crown.here()
         self.actor = _crown.acting_actor()  # its thread acts for it (Thread.start, above)
         self.slots = {}  # endpoint name -> asyncio.Semaphore of its bound
+        self.kept = []  # ports of bodies that ended with the actor: held until it goes
         self.stopping = False
         self.thread = threading.Thread(
             target=self._main, args=(instance,), daemon=True,
@@ -230,7 +231,11 @@ class _ActorLoop:
                     port.send(await ep.fn(instance, *args, **kwargs))
         except asyncio.CancelledError as error:
             if self.stopping:
-                return  # the actor stops: nothing to report
+                # The actor stops: nothing to report. Its port is kept until
+                # the actor goes, so that the caller hears it stopped, not
+                # that the port was dropped.
+                self.kept.append(port)
+                return
             if not ep.explicit_response_port:
                 self._forward(instance, ep, port, error)
         except Exception as error:
@@ -254,21 +259,18 @@ class _ActorLoop:
     def _kill(self, instance, ep, port, error):
         """A failure no caller hears of: the actor dies of it, as in Monarch.
         The actor refuses its next message with FATAL (_run) and is sent one
-        itself, so it dies even if nothing else comes; the port hears first,
-        so that its caller asks at once (a probe) rather than at its next
-        interval."""
+        itself, so it dies even if nothing else comes; the port hears as it
+        dies holding it (a native port's holder gone), and so its caller."""
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         report = (f"concurrent endpoint {ep.name!r} of {type(instance).__qualname__} raised "
                   f"{type(error).__qualname__}: {_message_of(error)} (not sent to its port, so "
                   f"the actor dies of it)\n{text}")
         instance.__dict__["_crown_dying"] = report
+        self.kept.append(port)  # its caller hears the actor's death, not a dropped port
         try:
             if self.actor is not None:
                 _crown.send(self.actor[0], self.actor[1],
                             *_pickle.dumps_parts((DIE, (report,), {})))
-            died = getattr(port, "_died", None)
-            if died is not None:
-                died()
         except Exception:  # noqa: BLE001 - the actor may be gone already
             traceback.print_exc()
 
@@ -368,7 +370,7 @@ def _run(instance, payload, report):
             if failed is not None:  # Monarch: a supervision event; the actor dies of it
                 return FATAL + failed.encode("utf-8", "backslashreplace")
             result = None
-        elif name == PROBE:
+        elif name == FENCE:
             result = None
         elif name == DIE:
             return FATAL + args[0].encode("utf-8", "backslashreplace")

@@ -70,6 +70,10 @@ class Deferred(Actor):
     def fail(self):
         raise RuntimeError("a broadcast that raises kills the actor")
 
+    @endpoint(explicit_response_port=True)
+    def forget(self, port):
+        pass  # returns without replying, keeping nothing
+
     @endpoint
     def alive(self):
         return current_rank().rank
@@ -116,6 +120,21 @@ def test_a_reply_sent_later_from_another_endpoint():
 def test_a_reply_sent_later_from_a_thread():
     deferred = crown.world_flat().spawn("ported_thread", Deferred)
     assert deferred.from_thread.call(1000).get(timeout=WAIT).values() == [1000, 1001, 1002, 1003]
+
+
+def test_a_member_that_returns_without_replying_fails_its_caller_at_once():
+    deferred = crown.world_flat().spawn("ported_forgets", Deferred)
+    deferred.alive.call().get(timeout=WAIT)  # spawned everywhere
+    start = time.monotonic()
+    with pytest.raises(ActorError, match="without") as raised:
+        deferred.slice(ranks=3).forget.call_one().get(timeout=WAIT)
+    assert time.monotonic() - start < 0.5  # no probe interval
+    assert raised.value.rank == 3
+    start = time.monotonic()
+    mesh = deferred.forget.call().value_mesh(timeout=WAIT)
+    assert time.monotonic() - start < 0.5
+    assert [rank for rank, _ in mesh.errors()] == [0, 1, 2, 3]
+    assert deferred.alive.call().get(timeout=WAIT).values() == [0, 1, 2, 3]  # all live
 
 
 def test_port_exception_raises_actor_error_at_the_caller_and_the_actor_lives():

@@ -51,3 +51,18 @@ def test_a_process_lost_after_its_member_returned_fails_the_waiting_caller():
     with pytest.raises(TimeoutError):
         next(streamed).get(timeout=0.5)  # rank 1 lives and has not replied
     assert keepers.slice(ranks=1).kept.call_one().get(timeout=WAIT) == 1
+
+
+def test_a_port_waiting_on_a_sigkilled_rank_fails_within_a_second():
+    keeper = crown.world_flat().slice(ranks=3).spawn("keeper3", Keeper)
+    pid = keeper.pid.call_one().get(timeout=WAIT)
+    pending = keeper.keep.call_one()
+    assert keeper.kept.call_one().get(timeout=WAIT) == 1  # it returned, keeping the port
+    with pytest.raises(TimeoutError):
+        pending.get(timeout=0.3)  # held, nothing sent
+    os.kill(pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(SupervisionError) as raised:
+        pending.get(timeout=WAIT)
+    assert time.monotonic() - start < 1.0  # the watched rank's loss, not a probe
+    assert raised.value.rank == 3
