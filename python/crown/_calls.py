@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 from . import _crown, _pickle, _runtime, _sent
 from ._endpoints import (ActorError, ActorStoppedError, _entry_error, _outcome,
                          _supervision_error, _unpicklable, endpoint)
-from ._ports import _DroppingPort, _ported_payload, _PortedReplies
+from ._ports import Port, _DroppingPort, _PortedReplies
 from ._values import Future, ValueMesh, _all_succeeded
 
 if TYPE_CHECKING:
@@ -40,19 +40,22 @@ class EndpointRef:
         raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
                         f".call_one(...), .choose(...), .stream(...) or .broadcast(...)")
 
-    def _payload(self, args, kwargs, adverb: str) -> bytes:
+    def _replies(self, ranks: List[int]) -> Optional[_PortedReplies]:
+        """A ported endpoint's reply port for a call to `ranks`; None for any other."""
+        return _PortedReplies(self, ranks) if self._ported else None
+
+    def _message(self, args, kwargs, adverb: str, port: Optional[Port] = None,
+                 parts: bool = False):
+        """The pickled call (in two parts, head and out-of-band buffers, for
+        a direct request); a ported endpoint's port goes first, before the
+        caller's arguments. TypeError before anything is sent."""
         if self._ported and adverb == "accumulate":
             raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
                             f"concurrent_endpoint): an Accumulator cannot fold its replies; "
                             f"use call()")
+        call = (self._name, args if port is None else (port, *args), kwargs)
         try:
-            return _pickle.dumps((self._name, args, kwargs))  # TypeError before anything is sent
-        except TypeError as e:
-            raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
-
-    def _parts(self, args, kwargs, adverb: str):
-        try:
-            return _pickle.dumps_parts((self._name, args, kwargs))  # as _payload, in two parts
+            return _pickle.dumps_parts(call) if parts else _pickle.dumps(call)
         except TypeError as e:
             raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
 
@@ -78,41 +81,28 @@ class EndpointRef:
         with the whole ValueMesh as its ``value_mesh``. ``value_mesh()`` on the
         Future gives that ValueMesh without raising."""
         mesh = self._mesh
-        if self._ported:
-            replies = self._ported_cast(args, kwargs, "call")
-            every = Future(lambda timeout: ValueMesh(mesh._shape, replies.entries(timeout)))
-            future = Future(lambda timeout: _all_succeeded(every.get(timeout)))
-            future._mesh = every
-            return future
+        replies = self._replies(mesh._shape.ranks())
         with _sent.collecting() as sent:
-            payload = self._payload(args, kwargs, "call")
-        pending = _crown.cast_call(mesh._shape, mesh._local, payload)
-        _sent.hold(sent, pending.done)
-        replies = Future(lambda timeout:
-                         ValueMesh(mesh._shape, self._entries(pending.get(timeout))))
-        future = Future(lambda timeout: _all_succeeded(replies.get(timeout)))
-        future._mesh = replies
+            payload = self._message(args, kwargs, "call", replies and replies.port)
+        if replies is not None:  # each member's reply comes through the port
+            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+            _hold_until_handled(sent, mesh)
+            entries = replies.entries
+        else:
+            pending = _crown.cast_call(mesh._shape, mesh._local, payload)
+            _sent.hold(sent, pending.done)
+            entries = lambda timeout: self._entries(pending.get(timeout))  # noqa: E731
+        every = Future(lambda timeout: ValueMesh(mesh._shape, entries(timeout)))
+        future = Future(lambda timeout: _all_succeeded(every.get(timeout)))
+        future._mesh = every
         return future
-
-    def _ported_cast(self, args, kwargs, adverb: str) -> _PortedReplies:
-        """A ported endpoint's call cast to every actor: its replies."""
-        mesh = self._mesh
-        replies = _PortedReplies(self, mesh._shape.ranks())
-        with _sent.collecting() as sent:
-            payload = replies.payload(args, kwargs, adverb)
-        replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
-        _hold_until_handled(sent, mesh)
-        return replies
 
     def _direct(self, rank: int, args, kwargs, adverb: str) -> Future:
         """One actor's reply: a request, and for a ported endpoint its reply
         port too (a per-member port watching that member's rank)."""
-        replies = _PortedReplies(self, [rank]) if self._ported else None
+        replies = self._replies([rank])
         with _sent.collecting() as sent:
-            if replies is not None:
-                parts = replies.payload(args, kwargs, adverb, parts=True)
-            else:
-                parts = self._parts(args, kwargs, adverb)
+            parts = self._message(args, kwargs, adverb, replies and replies.port, parts=True)
         pending = _crown.request(rank, self._mesh._local, *parts)
         _sent.hold(sent, pending.done)  # done when the endpoint returns: it has read them
         if replies is not None:
@@ -158,15 +148,17 @@ class EndpointRef:
         arrive, or raises that member's error; ``get(timeout)`` raises
         TimeoutError when it has not come, and can be tried again."""
         mesh = self._mesh
-        if self._ported:
-            replies = self._ported_cast(args, kwargs, "stream")
-            return (Future(functools.partial(replies.take, k)) for k in range(len(mesh._shape)))
+        replies = self._replies(mesh._shape.ranks())
         with _sent.collecting() as sent:
-            payload = self._payload(args, kwargs, "stream")
+            payload = self._message(args, kwargs, "stream", replies and replies.port)
         pending = _crown.cast_stream(mesh._shape, mesh._local, payload)
         _hold_until_handled(sent, mesh)
-        arrivals = _Arrivals(self, pending)
-        return (Future(functools.partial(arrivals.take, k)) for k in range(len(mesh._shape)))
+        if replies is not None:  # each member's reply comes through the port
+            replies.watch_stream(pending)
+            take = replies.take
+        else:
+            take = _Arrivals(self, pending).take
+        return (Future(functools.partial(take, k)) for k in range(len(mesh._shape)))
 
     def rref(self, *args, **kwargs):
         """Calls the endpoint on every actor and keeps what each returns (a
@@ -187,11 +179,10 @@ class EndpointRef:
         lives until every actor has read its shard, however soon the caller
         lets go of it."""
         mesh = self._mesh
+        # A ported endpoint gets a port that drops values and raises an exception sent to it.
         with _sent.collecting() as sent:
-            if self._ported:  # a port that drops values and raises an exception sent to it
-                payload = _ported_payload(self, _DroppingPort(), args, kwargs, "broadcast")
-            else:
-                payload = self._payload(args, kwargs, "broadcast")
+            payload = self._message(args, kwargs, "broadcast",
+                                    _DroppingPort() if self._ported else None)
         _crown.cast_broadcast(mesh._shape, mesh._local, payload)
         _hold_until_handled(sent, mesh)
 
@@ -248,7 +239,7 @@ class Accumulator:
         ref = self._endpoint
         mesh = ref._mesh
         with _sent.collecting() as sent:
-            payload = ref._payload(args, kwargs, "accumulate")
+            payload = ref._message(args, kwargs, "accumulate")
         pending = _crown.cast_reduce(mesh._shape, mesh._local, payload, self._key)
         _sent.hold(sent, pending.done)
 

@@ -101,17 +101,6 @@ class _DroppingPort(Port):
         return (_DroppingPort, ())
 
 
-def _ported_payload(ref: "EndpointRef", port: Port, args, kwargs, adverb: str,
-                    parts: bool = False):
-    """A ported endpoint's call: the port goes first, before the caller's arguments."""
-    try:
-        if parts:
-            return _pickle.dumps_parts((ref._name, (port, *args), kwargs))
-        return _pickle.dumps((ref._name, (port, *args), kwargs))
-    except TypeError as e:
-        raise _unpicklable(e, f"{ref._name}.{adverb}()", args, kwargs) from None
-
-
 class _PortedReplies:
     """The replies of one call to a ported endpoint (explicit_response_port,
     concurrent_endpoint): each member's first value or exception sent to the
@@ -143,9 +132,6 @@ class _PortedReplies:
         self._held: Dict[int, BaseException] = {}  # member -> a port error, until its call ends
         self._ended = False  # the port gave every member's item
         self._lock = threading.Lock()
-
-    def payload(self, args, kwargs, adverb: str, parts: bool = False):
-        return _ported_payload(self._ref, self.port, args, kwargs, adverb, parts)
 
     def watch_request(self, rank: int, pending) -> None:
         def next_call(timeout):
