@@ -22,7 +22,6 @@ CROWN_FAULT_GRACE_MS whatever main does next).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Dict, List, NamedTuple, Optional
 
@@ -63,15 +62,6 @@ class _Registered(NamedTuple):
 # (_crown.owned_mesh, owned_by, members_stopped).
 _registered: Dict[int, _Registered] = {}
 _lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def system_spawn():
-    """Spawns within belong to crown (the port actor), not to the actor or
-    controller that happens to run: nobody owns or stops them but the job's
-    end, and no spawn within is refused for want of an owner."""
-    with _crown.unowned_spawns():
-        yield
 
 
 def register(local: int, cls: type, spawning=None) -> None:

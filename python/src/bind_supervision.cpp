@@ -32,15 +32,6 @@ class PyActingAs {
   std::unique_ptr<ActingAs> acting_;
 };
 
-class PyUnownedSpawns {
- public:
-  void enter() { scope_ = std::make_unique<supervision::UnownedSpawns>(); }
-  void exit() { scope_.reset(); }
-
- private:
-  std::unique_ptr<supervision::UnownedSpawns> scope_;
-};
-
 py::object ownerOf(const std::optional<ActorId>& owner) {
   if (!owner) return py::none();
   return py::make_tuple(owner->rank, owner->local);
@@ -65,13 +56,6 @@ void bindSupervision(py::module_& m) {
       "acting_as",
       [](Rank rank, std::uint64_t local) { return PyActingAs(ActorId{rank, local}); },
       "A context manager: within it, this thread acts for actor (rank, local).");
-  py::class_<PyUnownedSpawns>(m, "UnownedSpawns")
-      .def(py::init<>())
-      .def("__enter__", [](PyUnownedSpawns& self) { self.enter(); })
-      .def("__exit__", [](PyUnownedSpawns& self, py::args) { self.exit(); });
-  m.def(
-      "unowned_spawns", [] { return PyUnownedSpawns(); },
-      "A context manager: spawns from this thread within are crown's own (no owner).");
   m.def(
       "owned_mesh",
       [](std::uint64_t mesh) -> py::object {

@@ -24,7 +24,6 @@
 namespace crown::supervision {
 namespace {
 
-thread_local bool t_unowned = false;  // UnownedSpawns
 
 // The controller is rank 0 of the launch (design.md); a spawn elsewhere with
 // no actor to own it comes from a thread crown does not know.
@@ -156,7 +155,6 @@ class SupervisionModule : public Proc::Module {
 
   // The spawn observer, on the spawning thread, before the spawn leaves.
   void spawning(std::uint64_t mesh, const mesh::Shape& shape, const std::string& name) {
-    if (t_unowned) return;  // crown's own: reports of it go to the hook
     std::optional<ActorId> owner = actingActor();
     if (!owner && proc_->rank() != kControllerRank) {
       throw Error("cannot spawn '" + name + "' on rank " + std::to_string(proc_->rank()) +
@@ -282,9 +280,5 @@ std::vector<OwnedMesh> ownedBy(Proc& proc, const std::optional<ActorId>& owner) 
 void membersStopped(Proc& proc, std::uint64_t mesh, const std::vector<Rank>& ranks) {
   moduleOf(proc).membersStopped(mesh, ranks);
 }
-
-UnownedSpawns::UnownedSpawns() : outer_(std::exchange(t_unowned, true)) {}
-
-UnownedSpawns::~UnownedSpawns() { t_unowned = outer_; }
 
 }  // namespace crown::supervision

@@ -91,19 +91,6 @@ std::vector<OwnedMesh> ownedBy(Proc& proc, const std::optional<ActorId>& owner);
 /// record goes.
 void membersStopped(Proc& proc, std::uint64_t mesh, const std::vector<Rank>& ranks);
 
-/// Spawns from this thread within its scope are crown's own (a front end's
-/// service actors): no owner is recorded, and no spawn is refused; their
-/// members' deaths go to the hook. Thread-local.
-class UnownedSpawns {
- public:
-  UnownedSpawns();
-  ~UnownedSpawns();
-  UnownedSpawns(const UnownedSpawns&) = delete;
-  UnownedSpawns& operator=(const UnownedSpawns&) = delete;
-
- private:
-  bool outer_;
-};
 
 }  // namespace crown::supervision
 
