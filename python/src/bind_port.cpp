@@ -17,6 +17,7 @@
 #include "crown/actor/failure.h"
 #include "crown/actor/proc.h"
 #include "crown/mesh/value_mesh.h"
+#include "program_wait.h"
 #include "py_payload.h"
 
 namespace py = pybind11;
@@ -144,6 +145,7 @@ void bindPort(py::module_& m) {
           [](PortReceiver& receiver, std::optional<double> timeout) -> py::object {
             std::optional<PortItem> item;
             {
+              ProgramWait program;  // an unhandled fault ends it (docs/supervision.md)
               py::gil_scoped_release release;
               item = timeout ? receiver.next(toMillis(*timeout)) : receiver.next();
             }

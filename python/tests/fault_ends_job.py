@@ -11,6 +11,7 @@ default hook leaves it unhandled), while main is:
 
   get      blocked in Future.get() with no timeout
   asyncio  awaiting a crown future in asyncio
+  port     blocked in a channel's recv().get() with no timeout (a native port)
   sleep    in time.sleep(30)
   gil      in a C call that holds the GIL and never looks at signals
   two      holding the GIL (0.8 s) while both members die 50 ms apart, then
@@ -82,6 +83,9 @@ def program(variant):
                 sleeper.nap.call_one(30).get()
             elif variant == "get":
                 sleeper.nap.call_one(30).get()
+            elif variant == "port":
+                _, receiver = crown.actor.Channel.open()
+                receiver.recv().get()  # nobody sends
             elif variant == "asyncio":
                 async def wait():
                     return await sleeper.nap.call_one(30)

@@ -6,6 +6,7 @@
 #include "actor/request_table.h"
 #include "actor/router.h"
 #include "crown/actor/failure.h"
+#include "crown/common/abortable.h"
 #include "crown/common/blocking.h"
 #include "crown/common/log.h"
 #include "crown/common/spin_wait.h"
@@ -175,14 +176,20 @@ std::optional<PortItem> PortState::next(
   // A pool thread does not spin: it may be the one that would deliver.
   if (blockingHooks() == nullptr) spinUntil([this] { return ready_.load(std::memory_order_acquire); });
   BlockingScope blocking;
+  // Within an AbortableScope (the controller program's wait), the end of
+  // the job after an unhandled fault fails it (common/abortable.h).
+  detail::AbortableWait abortable(mutex_, cv_);  // before the lock: abortable.h's order
   std::unique_lock lock(mutex_);
-  auto ready = [this] { return failure_ || !queue_.empty() || complete_ || closed_; };
+  auto ready = [&] {
+    return failure_ || !queue_.empty() || complete_ || closed_ || abortable.aborted();
+  };
   if (!deadline) {
     cv_.wait(lock, ready);
   } else if (!cv_.wait_until(lock, *deadline, ready)) {
     throw Timeout("nothing came to " + describe(ref_) + " in time");
   }
   if (failure_) std::rethrow_exception(failure_);
+  if (queue_.empty() && !complete_ && !closed_) abortable.rethrow();
   if (queue_.empty()) return std::nullopt;  // ended, and every item was taken
   QueuedItem queued = std::move(queue_.front());
   queue_.pop_front();
