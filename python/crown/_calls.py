@@ -11,14 +11,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 
-from . import _crown, _pickle, _runtime, _sent
+from . import _crown, _pickle, _protocol, _sent
 from ._endpoints import (ActorError, ActorStoppedError, _entry_error, _outcome,
                          _supervision_error, _unpicklable, endpoint)
 from ._ports import Port, _DroppingPort, _PortedReplies
 from ._values import Future, ValueMesh, _all_succeeded
 
 if TYPE_CHECKING:
-    from .actor import ActorMesh
+    from ._meshes import ActorMesh
 
 
 SupervisionError = _crown.SupervisionError
@@ -233,7 +233,7 @@ class Accumulator:
 
     def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any]):
         self._endpoint, self._identity, self._combine = endpoint_ref, identity, combine
-        self._key = _runtime.reducer_key(combine)  # TypeError here if combine cannot travel
+        self._key = _protocol.reducer_key(combine)  # TypeError here if combine cannot travel
 
     def accumulate(self, *args, **kwargs) -> Future:
         ref = self._endpoint
@@ -256,5 +256,5 @@ def _hold_until_handled(sent: List[Any], mesh) -> None:
     once each actor has handled what came before (ORD-1)."""
     if sent:
         fence = _crown.cast_call(mesh._shape, mesh._local,
-                                 _pickle.dumps((_runtime.FENCE, (), {})))
+                                 _pickle.dumps((_protocol.FENCE, (), {})))
         _sent.hold(sent, fence.done)

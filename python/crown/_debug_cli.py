@@ -19,7 +19,7 @@ import json
 import re
 from typing import Callable, Dict, List
 
-from ._jobs import JobEnded
+from ._jobs import CliError, JobEnded
 
 
 def _indices(text: str) -> Callable[[int], bool]:
@@ -79,8 +79,6 @@ class DebugShell(cmd.Cmd):
         return read
 
     def onecmd(self, line):
-        from .cli import CliError
-
         try:
             return super().onecmd(line)
         except CliError as error:  # the session ended meanwhile, the job is gone: said, not fatal

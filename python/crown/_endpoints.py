@@ -12,7 +12,7 @@ import threading
 import weakref
 from typing import Callable, Dict, Optional
 
-from . import _crown, _pickle, _runtime
+from . import _context, _crown, _pickle, _protocol
 from ._values import Point
 
 
@@ -182,7 +182,7 @@ def _check_endpoint_kinds(cls: type) -> None:
 
 def _outcome(payload: bytes, rank: int, actor: str):
     tag, body = payload[:1], payload[1:]
-    if tag == _runtime.VALUE:
+    if tag == _protocol.VALUE:
         return _pickle.loads(body)
     original, remote_type, message, text = _pickle.loads(body)
     exception = None
@@ -268,7 +268,7 @@ def _unpicklable(error: TypeError, what: str, args, kwargs, more=()) -> TypeErro
 
 def current_rank() -> Point:
     """This actor's point in its mesh (outside actors: this process's rank in the world)."""
-    here = _runtime.here()  # also on an actor's loop thread
+    here = _context.here()  # also on an actor's loop thread
     if here is None:
         return Point(_crown.rank(), Shape([("ranks", _crown.size())]))
     return Point(*here)
@@ -276,7 +276,7 @@ def current_rank() -> Point:
 
 def current_size() -> Dict[str, int]:
     """The sizes of this actor's mesh (outside actors: {"ranks": N})."""
-    here = _runtime.here()  # also on an actor's loop thread
+    here = _context.here()  # also on an actor's loop thread
     return dict(here[1].sizes) if here else {"ranks": _crown.size()}
 
 
@@ -286,7 +286,7 @@ def current_actor_name() -> str:
     the member's point, e.g. ``"counter{'hosts': 0/1, 'procs': 2/4}"``.
     Outside actors (the controller's main): ``"client"``, Monarch's name for
     the controller's own actor."""
-    instance = _runtime.current_instance()
+    instance = _context.current_instance()
     if instance is not None:
         name = instance.__dict__.get("_crown_actor_name")
     else:
@@ -298,7 +298,7 @@ def current_actor_name() -> str:
 
 class _Context:
     def __init__(self):
-        self.actor_instance = _runtime.current_instance()
+        self.actor_instance = _context.current_instance()
         self.rank = current_rank()
         self.host = _crown.host()
 

@@ -21,7 +21,7 @@ import sys
 from typing import Optional
 
 from . import _crown
-from .actor import Actor, endpoint
+from ._endpoints import Actor, endpoint
 
 DEFAULT_WINDOW = 3.0  # Monarch's aggregate_window_sec
 

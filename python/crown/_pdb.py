@@ -19,7 +19,7 @@ import os
 import pdb
 import sys
 
-from . import _crown, _runtime
+from . import _context, _crown
 
 _next_session = itertools.count(1)
 
@@ -60,10 +60,10 @@ class RemotePdb(pdb.Pdb):
         self._where.rank = _crown.rank()
         self._where.session = next(_next_session)
         self._where.host = _crown.host()
-        instance = _runtime.current_instance()
+        instance = _context.current_instance()
         name = instance.__dict__.get("_crown_actor_name") if instance is not None else None
         self._where.actor = name or "client"
-        here = _runtime.here()
+        here = _context.here()
         if here is not None:
             self._where.member = here[0]
             self._where.coords = ",".join(f"{label}={index}" for label, index in
@@ -93,7 +93,7 @@ class RemotePdb(pdb.Pdb):
 def in_endpoint() -> bool:
     # _run's own record (set on whatever thread runs the endpoint); the C++
     # side's covers an actor's loop thread.
-    return _runtime.current_instance() is not None or _runtime.current_actor() is not None
+    return _context.current_instance() is not None or _context.current_actor() is not None
 
 
 def breakpoint_hook(*args, **kwargs):

@@ -10,7 +10,7 @@ import time
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, List, Optional, Tuple,
                     TypeVar)
 
-from . import _crown, _pickle, _runtime
+from . import _crown, _pickle, _protocol
 from ._endpoints import ActorError, ActorStoppedError, _entry_error, _outcome, _unpicklable
 from ._values import Future
 
@@ -38,13 +38,13 @@ def open_ports() -> int:
 
 class _Failed:
     """An exception sent to a port (Port.exception): where it was sent from
-    and the exception as a caller reads it (_runtime.raised_body)."""
+    and the exception as a caller reads it (_protocol.raised_body)."""
 
     def __init__(self, rank: int, body: bytes):
         self.rank, self.body = rank, body
 
     def error(self, actor: str) -> "ActorError":
-        return _outcome(_runtime.RAISED + self.body, self.rank, actor)
+        return _outcome(_protocol.RAISED + self.body, self.rank, actor)
 
 
 class Port(Generic[R]):
@@ -76,7 +76,7 @@ class Port(Generic[R]):
         ``__cause__``, with the traceback where it was raised."""
         if not isinstance(error, BaseException):
             raise TypeError(f"Port.exception() takes an exception, not {type(error).__name__}")
-        self._post(_Failed(_crown.rank(), _runtime.raised_body(error)), "Port.exception()")
+        self._post(_Failed(_crown.rank(), _protocol.raised_body(error)), "Port.exception()")
 
     def __reduce__(self):
         return (Port, (self._handle,))

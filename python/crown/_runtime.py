@@ -39,41 +39,13 @@ import threading
 import traceback
 from typing import Optional
 
-from . import _crown, _pdb, _pickle
+from . import _crown, _pdb, _pickle, _supervision
+from ._context import _current, current_actor, current_instance, here  # noqa: F401 - crown._runtime's names
+from ._endpoints import endpoint
+from ._protocol import (DIE, FATAL, FENCE, RAISED, REDUCER_PREFIX, STOP, VALUE,  # noqa: F401
+                        message_of as _message_of, raised_body, reducer_key)
 
-VALUE = b"\x00"
-RAISED = b"\x01"
-FATAL = b"\x02"
-STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
-FENCE = "__crown_fence__"  # answered once the actor has handled what came before (ORD-1)
-DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
 STOP_WAIT_S = 5.0  # how long release() waits for cancelled tasks to finish
-
-_current = threading.local()  # the actor instance whose endpoint this thread runs
-
-
-def current_instance():
-    return getattr(_current, "instance", None)
-
-
-def here():
-    """_crown.here(), also on an actor's loop thread (where C++ sees no actor
-    running): (rank, Shape) of the mesh actor this code runs for, or None."""
-    point = _crown.here()
-    if point is None:
-        loop = getattr(_current, "loop", None)
-        if loop is not None:
-            return loop.here
-    return point
-
-
-def current_actor():
-    """(rank, local id) of the actor this code runs for, or None: the actor
-    whose endpoint runs, whose __init__ runs (not the mesh agent that builds
-    it), on whose loop thread, or that started this thread
-    (_crown.acting_actor, which the supervision layer records as the owner of
-    every mesh spawned here)."""
-    return _crown.acting_actor()
 
 
 # Threads an actor starts act for it (issue 44): what they spawn is the
@@ -330,8 +302,6 @@ _endpoints = {}  # (class, name) -> the endpoint: found once, not per message
 def _endpoint_of(cls, name):
     found = _endpoints.get((cls, name))
     if found is None:
-        from .actor import endpoint  # here: actor.py imports this module
-
         found = inspect.getattr_static(cls, name, None)
         if not isinstance(found, endpoint):
             raise AttributeError(f"{cls.__name__} has no endpoint {name!r}")
@@ -411,19 +381,6 @@ def _run(instance, payload, report):
         _current.instance = outer
 
 
-def raised_body(error: BaseException, text: str = None) -> bytes:
-    """An exception as a caller reads it (after the RAISED tag): pickled
-    (the exception itself when it pickles, its type's name, its message, the
-    traceback text)."""
-    if text is None:
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    try:
-        original = _pickle.dumps(error)
-    except Exception:  # an exception that does not pickle still reports its text
-        original = None
-    return _pickle.dumps((original, type(error).__qualname__, _message_of(error), text))
-
-
 class UnhandledFailure(Exception):
     """An actor's __supervise__ did not handle a failure of a mesh it owns
     (it is missing or returned false): the actor dies of it, and its owner
@@ -475,16 +432,6 @@ def supervise_in_turn(instance, failure) -> bytes:
         _current.instance = outer
 
 
-def _message_of(error: BaseException) -> str:
-    """str(error), or what it was when its __str__ raised: the caller still
-    gets an ActorError, not crown's bare RemoteActorError."""
-    try:
-        return str(error)
-    except BaseException as failure:  # noqa: BLE001 - any __str__ may raise anything
-        return (f"<unprintable {type(error).__qualname__}: its __str__ raised "
-                f"{type(failure).__qualname__}>")
-
-
 def dying(instance, cause: str) -> Optional[str]:
     """The actor dies of cause (PyActor::dying, on the thread that ran the
     endpoint that killed it, in its turn): finish() with what it raised.
@@ -504,8 +451,6 @@ def finish(instance, exc) -> Optional[str]:
     if instance.__dict__.get("_crown_finished"):
         return None
     instance.__dict__["_crown_finished"] = True
-    from . import _supervision  # here: it imports this module
-
     actor = current_actor()
     if actor is not None:
         _supervision.stop_owned(actor[1])
@@ -539,14 +484,6 @@ def release(instance) -> None:
         thread.stop()  # the thread closes the loop
     elif loop is not None and not loop.is_running():
         loop.close()
-
-
-REDUCER_PREFIX = "py:"
-
-
-def reducer_key(combine) -> str:
-    """The reducer key that carries combine to every hop of a cast."""
-    return REDUCER_PREFIX + base64.b64encode(_pickle.dumps(combine)).decode("ascii")
 
 
 @functools.lru_cache(maxsize=64)

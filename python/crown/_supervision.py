@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from typing import Dict, List, NamedTuple, Optional
 
-from . import _crown
+from . import _actor_shim, _crown
 
 
 class MeshFailure:
@@ -53,7 +53,7 @@ class MeshFailure:
 
 class _Registered(NamedTuple):
     cls: type
-    spawning: object = None  # actor._Spawning while the members are constructed
+    spawning: object = None  # _meshes._Spawning while the members are constructed
 
 
 # What C++ cannot hold of a mesh spawned on this rank: its Python class and
@@ -78,8 +78,6 @@ def unregister(local: int) -> None:
 
 def _mesh(local: int, shape=None, name: Optional[str] = None):
     """The ActorMesh of mesh `local` spawned here (None when unknown)."""
-    from .actor import ActorMesh
-
     owned = _crown.owned_mesh(local)
     with _lock:
         registered = _registered.get(local)
@@ -87,7 +85,7 @@ def _mesh(local: int, shape=None, name: Optional[str] = None):
         _, _, shape, name, _ = owned
     if registered is None or shape is None:
         return None
-    return ActorMesh(shape, local, registered.cls, name, registered.spawning)
+    return _actor_shim.actor_mesh()(shape, local, registered.cls, name, registered.spawning)
 
 
 def members_stopped(local: int, ranks) -> None:
@@ -122,8 +120,6 @@ def stop_owned(owner: Optional[int], ranks=None) -> None:
 def stop_owned_meshes(entries, ranks=None) -> None:
     """Stops the Python actor meshes among `entries` (_crown.owned_by's),
     restricted to `ranks` when given."""
-    from .actor import ActorMesh
-
     for local, _, shape, name, live in entries:
         members = [rank for rank in live if ranks is None or rank in ranks]
         if not members:
@@ -134,7 +130,7 @@ def stop_owned_meshes(entries, ranks=None) -> None:
             continue  # not a Python actor mesh (a tensor engine's): its owner stops it
         if members != shape.ranks():
             shape = _crown.Shape.of_ranks("ranks", members)
-        ActorMesh(shape, local, registered.cls, name, registered.spawning).stop()
+        _actor_shim.actor_mesh()(shape, local, registered.cls, name, registered.spawning).stop()
 
 
 def failure(mesh: int, rank: int, host: str, name: str, cause: str) -> MeshFailure:
@@ -152,9 +148,7 @@ def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> Non
 
 
 def _fault_on_controller(failure) -> None:
-    from . import actor
-
     try:
-        actor.unhandled_fault_hook(failure)
+        _actor_shim.unhandled_fault_hook(failure)
     except BaseException:  # noqa: BLE001 - sys.exit included: the fault is unhandled
         _crown.fault_unhandled(failure.report())  # prints it; the first ends the job

@@ -1,0 +1,38 @@
+"""Which actor this code runs for: the bottom of the Python runtime.
+
+current_instance() is the actor instance whose endpoint (or __init__) runs
+on this thread, here() the (rank, Shape) of its mesh member, also on an
+actor's loop thread, and current_actor() the (rank, local id) this thread
+acts for. _runtime sets them as it dispatches; _endpoints, _pdb and the
+layers above read them without importing the dispatcher.
+"""
+
+import threading
+
+from . import _crown
+
+_current = threading.local()  # the actor instance whose endpoint this thread runs
+
+
+def current_instance():
+    return getattr(_current, "instance", None)
+
+
+def here():
+    """_crown.here(), also on an actor's loop thread (where C++ sees no actor
+    running): (rank, Shape) of the mesh actor this code runs for, or None."""
+    point = _crown.here()
+    if point is None:
+        loop = getattr(_current, "loop", None)
+        if loop is not None:
+            return loop.here
+    return point
+
+
+def current_actor():
+    """(rank, local id) of the actor this code runs for, or None: the actor
+    whose endpoint runs, whose __init__ runs (not the mesh agent that builds
+    it), on whose loop thread, or that started this thread
+    (_crown.acting_actor, which the supervision layer records as the owner of
+    every mesh spawned here)."""
+    return _crown.acting_actor()

@@ -1,0 +1,302 @@
+"""Meshes: ProcMesh (ranks with named dimensions), ActorMesh (the actors
+spawned on one), HostMesh, this_host() and this_proc().
+
+Spawning registers each mesh with _supervision (its class, to rebuild the
+ActorMesh a failure names) and runs the actors' constructors through
+_endpoints._construct; calls go through _calls.EndpointRef. crown.actor
+re-exports what users name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+from typing import Dict, Generic, List, Optional, Set, TypeVar
+
+from . import _crown, _pickle, _placement, _protocol, _supervision
+from ._calls import EndpointRef
+from ._context import current_actor
+from ._endpoints import Actor, _check_endpoint_kinds, _construct, _unpicklable, endpoint
+from ._values import Future, _Sliceable
+
+R = TypeVar("R")
+
+SupervisionError = _crown.SupervisionError
+MeshError = _crown.MeshError
+Shape = _crown.Shape
+
+
+class ProcMesh(_Sliceable):
+    """Processes (ranks) with named dimensions."""
+
+    def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None):
+        self._shape = shape
+        # The ranks stop() was called on, shared with every slice of this mesh
+        # (and the mesh it was sliced from): a stop reaches exactly its ranks.
+        self._stopped = stopped if stopped is not None else set()
+
+    def _with(self, shape):
+        return ProcMesh(shape, self._stopped)
+
+    def stacks(self, native: bool = False, timeout: float = 5.0):
+        """The stacks of every thread of every process of this mesh, asked of
+        all at once: a ``crown._stacks.Stacks``, whose str() merges the
+        threads alike across ranks ("ranks 0-3,5: ...") so the odd one out
+        stands out, and whose ``by_rank`` holds each rank's own. Python's come
+        from faulthandler's signal-safe dump, so a rank spinning in C with the
+        GIL held answers too; ``native=True`` adds eu-stack's (elfutils) native
+        frames. A rank that is lost or silent past `timeout` says why."""
+        from . import _stacks
+
+        return _stacks.collect(self._shape.ranks(), native, timeout)
+
+    def logging_option(self, stream_to_client: bool = False,
+                       aggregate_window_sec: Optional[float] = None,
+                       level: int = logging.INFO) -> Future:
+        """Monarch's knobs (and defaults) for the output of these procs.
+        With ``stream_to_client`` their stdout, stderr and logging records
+        reach the controller's terminal as "[rank 3] ...", and with
+        ``aggregate_window_sec`` the same line from many ranks within that
+        many seconds is printed once ("[ranks 0-15] ..."; None or 0: each
+        line at once). Without it each rank writes to its own file under
+        CROWN_LOG_DIR (default ./crown-logs), whose name is printed; a window
+        then raises ValueError. ``level`` is the level of every rank's root
+        logger. Until the first call, output is forwarded with a window of
+        CROWN_LOG_WINDOW (3 s). Returns a done Future."""
+        from . import _logs
+
+        _logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
+        return Future(lambda timeout: None)
+
+    def respawn_lost(self) -> "ProcMesh":
+        """The same mesh at full size again: each lost rank is replaced by a
+        new process (MPI_Comm_spawn, under mpirun) that takes the lost one's
+        place in every dimension, under a new rank number. Returns itself when
+        none is lost. The replacements hold no actors yet: spawn on the mesh
+        this returns. Raises CrownError where the launcher cannot start
+        processes (srun: carry on with survivors() there), when the spare rank
+        slots are spent (CROWN_SPARE_RANKS, by default the job's size), or
+        when a process cannot start or join in time. Replacements are outside
+        MPI_COMM_WORLD, so MPI collectives and RDMA windows do not reach them."""
+        lost = [rank for rank in self._shape.ranks() if not _crown.alive(rank)]
+        if not lost:
+            return self
+        made = _crown.respawn(lost)
+        return self._with(self._shape.replacing(dict(zip(lost, made))))
+
+    def stop(self) -> Future:
+        """Stops the members on these procs of every actor mesh that this owner
+        (the controller, or the actor whose endpoint runs this) spawned, each
+        as ActorMesh.stop does (a mesh that also spans other procs keeps its
+        members there), and spawns on these ranks fail from then on, through
+        this ProcMesh or any mesh it was sliced from or sliced into; other
+        ranks of those meshes spawn and serve as before. The processes
+        themselves live on: the launcher started them, and they serve other
+        meshes until the job ends (a new ``crown.world()`` spawns there).
+        Returns a done Future (``await procs.stop()`` works)."""
+        ranks = set(self._shape.ranks())
+        actor = current_actor()
+        _supervision.stop_owned(actor[1] if actor is not None else None, ranks)
+        self._stopped.update(ranks)
+        return Future(lambda timeout: None)
+
+    def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
+        """One ``cls(*args, **kwargs)`` on every proc. Returns at once, as in
+        Monarch: the members are constructed meanwhile, and the mesh's first
+        use (an endpoint looked up, stop, sending the mesh elsewhere) waits
+        for them. A constructor that raises is a supervision failure of that
+        member, delivered to the owner (the spawning actor's
+        ``__supervise__``, or the controller's ``unhandled_fault_hook``);
+        calls to that member raise SupervisionError with the original
+        traceback. Wrong use (not an Actor subclass, arguments that cannot be
+        pickled, ranks of a stopped ProcMesh) raises here, before anything is
+        sent."""
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
+        stopped = self._stopped.intersection(self._shape.ranks())
+        if stopped:
+            raise RuntimeError(f"cannot spawn '{name}': this ProcMesh ({self._shape}) was "
+                               f"stopped on ranks {sorted(stopped)} (ProcMesh.stop); a slice "
+                               f"without them spawns")
+        _check_endpoint_kinds(cls)  # MixedEndpointsError, before anything is sent
+        try:
+            payload = _pickle.dumps((_construct, (name, cls, *args), kwargs))
+        except TypeError as e:
+            raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
+                               (("the actor class", cls),)) from None
+        # The class is registered before the spawn leaves; the supervision
+        # module records the owner (the actor this thread acts for, or the
+        # controller) as it leaves, so a constructor that fails at once is
+        # reported to the right owner with the right class.
+        local = _crown.new_mesh_id()
+        spawning = _Spawning(None, name)
+        _supervision.register(local, cls, spawning)
+        try:
+            _, spawning._pending = _crown.spawn_start(self._shape, name, payload, local)
+        except BaseException:
+            _supervision.unregister(local)  # refused (no owner on a worker's stranger thread)
+            raise
+        return ActorMesh(self._shape, local, cls, name, spawning)
+
+    def activate(self):
+        """``with procs.activate():`` records torch code on these procs
+        (crown.tensor): factories make a shard on every proc, ops on them run
+        there, and results stay there until fetched (crown.fetch_shard,
+        crown.inspect). The first use spawns a tensor engine on every proc."""
+        return self.tensors().activate()
+
+    def tensors(self):
+        """The crown.tensor.Mesh of these procs (for mesh.rank(dims), flush())."""
+        from .tensor._engine import mesh_of
+
+        return mesh_of(self._shape)
+
+    def __repr__(self):
+        return f"ProcMesh({self._shape})"
+
+
+class _Spawning:
+    """A spawn under way (ProcMesh.spawn returned at once): wait() returns once
+    every member's constructor has run, or failed (which the owner hears of
+    through supervision, and calls to that member then say)."""
+
+    SAY_EVERY_S = 30.0  # a constructor still running this long is said to be
+
+    def __init__(self, pending, name: str):
+        self._pending = pending
+        self._name = name
+        self._done = False
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        if self._done:
+            return
+        with self._lock:
+            if not self._done:
+                waited = 0.0
+                while not self._pending.wait(self.SAY_EVERY_S):
+                    waited += self.SAY_EVERY_S
+                    _crown.log("warn", f"actor mesh {self._name!r}: a member's __init__ is still "
+                                       f"running after {waited:.0f} s; the first use of the mesh "
+                                       f"waits until every member is constructed")
+                self._pending.get()
+                self._done = True
+                self._pending = None
+
+
+class ActorMesh(_Sliceable, Generic[R]):
+    """One actor per proc of a mesh; its endpoints are attributes with adverbs."""
+
+    def __init__(self, shape: Shape, local: int, cls: type, name: str,
+                 spawning: Optional[_Spawning] = None):
+        self._shape, self._local, self._cls, self._name = shape, local, cls, name
+        self._spawning = spawning
+
+    def _with(self, shape):
+        return ActorMesh(shape, self._local, self._cls, self._name, self._spawning)
+
+    def _ready(self) -> None:
+        """Nothing is sent to the members before they exist: the first use
+        waits for the spawn (each endpoint is looked up once per mesh object)."""
+        if self._spawning is not None:
+            self._spawning.wait()
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if not isinstance(inspect.getattr_static(self._cls, name, None), endpoint):
+            raise AttributeError(f"{self._cls.__name__} has no endpoint {name!r}")
+        self._ready()
+        ref = self.__dict__[name] = EndpointRef(self, name)  # found directly from now on
+        return ref
+
+    def stop(self) -> Future:
+        """Stops every actor of this mesh (or slice) after the messages sent
+        to it before, and every proc forgets them (Monarch's ActorMesh.stop).
+        First, in each member's turn, the meshes it spawned stop and its
+        ``__cleanup__(None)`` runs. Blocks until each live member has stopped
+        (a lost or dead one counts as stopped); raises MeshError naming any
+        that could not be. Later calls to them fail with ActorStoppedError.
+        Returns a Future that is already done, so ``mesh.stop().get()`` and
+        ``await mesh.stop()`` read as in Monarch."""
+        self._ready()
+        finishing = _crown.cast_call(self._shape, self._local,
+                                     _pickle.dumps((_protocol.STOP, (), {})))
+        finishing.get()  # a member that is gone already has nothing left to finish
+        _crown.stop_mesh(self._shape, self._local)
+        _supervision.members_stopped(self._local, self._shape.ranks())
+        return Future(lambda timeout: None)
+
+    def __reduce__(self):
+        self._ready()  # whoever receives it may send to the members at once
+        return (ActorMesh, (self._shape, self._local, self._cls, self._name))
+
+    def __repr__(self):
+        return f"ActorMesh({self._name!r}, {self._cls.__name__}, {self._shape})"
+
+
+class HostMesh:
+    """One host of the launch and the ranks the launch started on it.
+
+    crown starts no process after the launch: mpirun (or srun, sbatch) started
+    every process the job will have. So a HostMesh hands out ranks that exist
+    already rather than spawning new ones: see procs()."""
+
+    def __init__(self, shape: Shape):
+        self._shape = shape  # {"procs": P}: this host's ranks of the launch
+
+    @property
+    def ranks(self) -> List[int]:
+        """The ranks the launch started on this host."""
+        return self._shape.ranks()
+
+    def procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
+        """The first ``prod(per_host.values())`` ranks of this host, in rank
+        order, as a ProcMesh whose dimensions are per_host's, named and sized
+        as given (``{"gpus": 4}`` gives ``{"gpus": 4}``); without per_host, one
+        proc and no dimension (Monarch's default). Calling it twice gives the
+        same ranks again, each able to host actors of its own. Raises
+        ValueError when more procs are asked than the launch started here."""
+        per_host = dict(per_host or {})
+        for label, size in per_host.items():
+            if not isinstance(label, str) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"per_host={per_host}: each entry must be a dimension name "
+                                 f"and a size of at least 1, not {label!r}: {size!r}")
+        wanted = math.prod(per_host.values())
+        available = len(self._shape)
+        if wanted > available:
+            raise ValueError(f"spawn_procs(per_host={per_host}) asks for {wanted} procs, but "
+                             f"this host has {available} ranks of the launch, and crown starts "
+                             f"no processes after it: launch more (mpirun -n ...) or ask for "
+                             f"fewer")
+        if not per_host:
+            return ProcMesh(self._shape.select({"procs": 0}))
+        shape = self._shape.select({"procs": slice(0, wanted)})
+        return ProcMesh(shape.split("procs", list(per_host.items())))
+
+    def spawn_procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
+        """Monarch's name for procs(): the same ranks, already running; no
+        process is started."""
+        return self.procs(per_host)
+
+    def __repr__(self):
+        return f"HostMesh(ranks={self.ranks})"
+
+
+def this_host() -> HostMesh:
+    """The host this code runs on, as in Monarch: the controller's in main(),
+    an actor's own inside its endpoints."""
+    world = _crown.world_shape()
+    host = world.select({"hosts": world.coordinates(_crown.rank())["hosts"]})
+    if _placement.controller == "dedicated" and host.ranks()[0] == 0:
+        host = host.select({"procs": slice(1, host.size("procs"))})  # rank 0 only controls
+    return HostMesh(host)
+
+
+def this_proc() -> ProcMesh:
+    """The ProcMesh of just the process this code runs on (no dimensions), as
+    in Monarch: the controller's in main(), an actor's own inside its
+    endpoints. ``this_proc().spawn(...)`` puts one actor there."""
+    return ProcMesh(Shape([("ranks", _crown.size())]).select({"ranks": _crown.rank()}))

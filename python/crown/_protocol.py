@@ -1,0 +1,51 @@
+"""The wire protocol between callers and the actors' dispatcher.
+
+An outcome is a tag byte (VALUE, RAISED, FATAL: PyActor's constants in
+python/src/py_actor.h) and then the pickled value or the error
+(raised_body). STOP, FENCE and DIE name the runtime's own messages to an
+actor, and reducer_key() carries an Accumulator's combine function to every
+hop of a cast ("py:<base64 pickle>", resolved by _runtime.combine through
+python/src/bind_reduce.cpp).
+"""
+
+import base64
+import traceback
+
+from . import _pickle
+
+VALUE = b"\x00"
+RAISED = b"\x01"
+FATAL = b"\x02"
+STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
+FENCE = "__crown_fence__"  # answered once the actor has handled what came before (ORD-1)
+DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
+
+REDUCER_PREFIX = "py:"
+
+
+def message_of(error: BaseException) -> str:
+    """str(error), or what it was when its __str__ raised: the caller still
+    gets an ActorError, not crown's bare RemoteActorError."""
+    try:
+        return str(error)
+    except BaseException as failure:  # noqa: BLE001 - any __str__ may raise anything
+        return (f"<unprintable {type(error).__qualname__}: its __str__ raised "
+                f"{type(failure).__qualname__}>")
+
+
+def raised_body(error: BaseException, text: str = None) -> bytes:
+    """An exception as a caller reads it (after the RAISED tag): pickled
+    (the exception itself when it pickles, its type's name, its message, the
+    traceback text)."""
+    if text is None:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        original = _pickle.dumps(error)
+    except Exception:  # an exception that does not pickle still reports its text
+        original = None
+    return _pickle.dumps((original, type(error).__qualname__, message_of(error), text))
+
+
+def reducer_key(combine) -> str:
+    """The reducer key that carries combine to every hop of a cast."""
+    return REDUCER_PREFIX + base64.b64encode(_pickle.dumps(combine)).decode("ascii")
