@@ -143,7 +143,13 @@ def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> Non
     """From the supervision agent of this rank (python/src/bind_runtime.cpp),
     one report at a time: a member of a mesh the controller owns died (the
     module routes the reports of actors' meshes to those actors, dedupes,
-    and fans a lost process out over the meshes it held)."""
+    and fans a lost process out over the meshes it held). A mesh that is
+    no Python actor mesh (a tensor engine's, spawned from C++) is its own
+    layer's to report: its operations fail with the member (docs/tensors.md),
+    as they did before the owner table moved into C++."""
+    with _lock:
+        if mesh not in _registered:
+            return
     _fault_on_controller(failure(mesh, rank, host, name, cause))
 
 

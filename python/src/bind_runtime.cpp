@@ -70,20 +70,14 @@ void toSupervision(const supervision::MemberFailure& failure) {
   if (Runtime::current().shuttingDown()) return;
   // On the controller, a hook that cannot get the GIL in time (main holds
   // it in C code) leaves its fault unhandled (supervision/job_end.h).
-  supervision::HookWatch watch(
-      failure.mesh == supervision::kEveryMesh
-          ? "process rank " + std::to_string(failure.rank) + " (" + failure.host +
-                ") was lost: " + failure.cause
-          : "actor mesh '" + failure.actor + "': the member on rank " +
-                std::to_string(failure.rank) + " (" + failure.host + ") died: " + failure.cause);
+  // (A lost process comes here already fanned out over the meshes it held.)
+  supervision::HookWatch watch("actor mesh '" + failure.actor + "': the member on rank " +
+                               std::to_string(failure.rank) + " (" + failure.host +
+                               ") died: " + failure.cause);
   Gil gil;
   if (!watch.start()) return;  // too late: the job is ending already
   try {
     auto supervision = py::module_::import("crown._supervision");
-    if (failure.mesh == supervision::kEveryMesh) {
-      supervision.attr("rank_lost")(failure.rank, failure.host, failure.cause);
-      return;
-    }
     supervision.attr("member_failed")(failure.mesh, failure.rank, failure.host, failure.actor,
                                       failure.cause);
   } catch (py::error_already_set& e) {
