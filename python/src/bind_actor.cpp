@@ -16,6 +16,7 @@
 #include "program_wait.h"
 #include "py_actor.h"
 #include "py_payload.h"
+#include "wait_entries.h"
 
 namespace py = pybind11;
 
@@ -24,34 +25,8 @@ namespace {
 
 using Outcome = PyOutcome;
 
-std::chrono::milliseconds toMillis(double seconds) {
-  if (seconds < 0) throw py::value_error("a timeout must not be negative");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
-}
-
-/// An entry's error as plain values: (kind, message, rank, host, cause), kind
-/// one of "raised" (a C++ handler threw), "lost" (its process), "failed" (the
-/// actor died; cause: why), "stopped", "error".
 py::tuple describe(const std::exception_ptr& error, std::size_t rank) {
-  auto failure = crown::detail::describeFailure(error, static_cast<Rank>(rank));
-  using Failure = crown::detail::RemoteFailure;
-  const char* kind = "error";
-  switch (failure.category) {
-    case Failure::kRaised:
-      kind = "raised";
-      break;
-    case Failure::kActorStopped:
-      kind = "stopped";
-      break;
-    case Failure::kProcessLost:
-      kind = "lost";
-      break;
-    case Failure::kActorFailed:
-      kind = "failed";
-      break;
-  }
-  std::string cause = failure.category == Failure::kActorFailed ? failure.message : "";
-  return py::make_tuple(kind, mesh::detail::describe(error), failure.rank, failure.host, cause);
+  return describeEntry(error, static_cast<Rank>(rank));
 }
 
 // A reduce's folded outcome, as bytes.

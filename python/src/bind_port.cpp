@@ -19,6 +19,7 @@
 #include "crown/mesh/value_mesh.h"
 #include "program_wait.h"
 #include "py_payload.h"
+#include "wait_entries.h"
 
 namespace py = pybind11;
 
@@ -44,32 +45,10 @@ const char* nameOf(PortMode mode) {
   return "stream";
 }
 
-/// An error entry as CastStream's: (kind, message, rank, host, cause), kind
-/// one of "raised", "lost", "failed", "stopped", "dropped" (the holder let
-/// the port go without sending) or "error".
+/// An error entry as CastStream's (wait_entries.h), "dropped" when the
+/// holder let the port go without sending.
 py::tuple describeItem(const PortItem& item) {
-  using Failure = crown::detail::RemoteFailure;
-  auto failure = crown::detail::describeFailure(item.error, item.from);
-  const char* kind = "error";
-  switch (failure.category) {
-    case Failure::kRaised:
-      kind = "raised";
-      break;
-    case Failure::kActorStopped:
-      kind = "stopped";
-      break;
-    case Failure::kProcessLost:
-      kind = "lost";
-      break;
-    case Failure::kActorFailed:
-      kind = "failed";
-      break;
-    default:
-      if (item.dropped) kind = "dropped";
-  }
-  std::string cause = failure.category == Failure::kActorFailed ? failure.message : "";
-  return py::make_tuple(kind, mesh::detail::describe(item.error), failure.rank, failure.host,
-                        cause);
+  return describeEntry(item.error, item.from, item.dropped);
 }
 
 // A port's address, and this process's hold on it once it sends (or was
@@ -92,11 +71,6 @@ class PyPort {
 
 PortRef refOf(std::size_t rank, std::uint64_t local, std::uint64_t id, const std::string& mode) {
   return PortRef{ActorId{static_cast<Rank>(rank), local}, id, modeOf(mode)};
-}
-
-std::chrono::milliseconds toMillis(double seconds) {
-  if (seconds < 0) throw py::value_error("a timeout must not be negative");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
 }  // namespace
