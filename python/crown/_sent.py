@@ -8,8 +8,8 @@ died meanwhile, its delete could reach the engine first ("ref N is not
 defined on this proc"). So the sending thread collects the tensors it
 pickles (Tensor.__reduce_ex__ calls note()), and the adverb that sent them
 holds them until something says every actor has handled the message: the
-call's own reply, or, for adverbs without one (broadcast, stream), a probe
-sent after it, which each actor handles after the message (ORD-1).
+call's own reply, or, for adverbs without one (broadcast, stream), a fence
+(FENCE) sent after it, which each actor handles after the message (ORD-1).
 
 Held tensors are let go lazily, when a later send or flush looks (prune());
 a caller's Future need not live for its tensors to.
