@@ -5,18 +5,22 @@ tmux server, so the tests never touch a user's), typed at with send-keys
 and read with capture-pane."""
 import os
 import shlex
+import signal
 import subprocess
 import threading
 import time
 
 
 class BackgroundJob:
-    """`command` running, its output echoed ("job: ...") and kept in `lines`."""
+    """`command` running, its output echoed ("job: ...") and kept in `lines`,
+    in a process group of its own, so that stop() ends the launcher and
+    every rank it started (a test that fails leaves no job behind)."""
 
     def __init__(self, command, env):
         self.lines = []
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+                                        stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -38,8 +42,11 @@ class BackgroundJob:
             time.sleep(0.1)
 
     def stop(self):
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the ranks too, if the job still runs
+        except ProcessLookupError:
+            pass
         if self.process.poll() is None:
-            self.process.kill()
             self.process.wait()
 
 
