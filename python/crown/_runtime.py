@@ -40,10 +40,10 @@ import traceback
 from typing import Optional
 
 from . import _crown, _pdb, _pickle, _supervision
-from ._context import _current, current_actor, current_instance, here  # noqa: F401 - crown._runtime's names
+from ._context import _current, current_actor, current_instance
 from ._endpoints import endpoint
-from ._protocol import (DIE, FATAL, FENCE, RAISED, REDUCER_PREFIX, STOP, VALUE,  # noqa: F401
-                        message_of as _message_of, raised_body, reducer_key)
+from ._protocol import (DIE, FATAL, FENCE, RAISED, REDUCER_PREFIX, STOP, VALUE,
+                        message_of as _message_of, raised_body)
 
 STOP_WAIT_S = 5.0  # how long release() waits for cancelled tasks to finish
 

@@ -266,7 +266,7 @@ void bindActor(py::module_& m) {
         return OutcomeFuture(meshOf(shape, local).reduceByKey<Outcome>(call, reducerKey));
       },
       "Casts the pickled call and folds the outcomes at every hop with the reducer of "
-      "reducerKey (a \"py:\" key: crown._runtime.reducer_key). get() raises MeshError "
+      "reducerKey (a \"py:\" key: crown._protocol.reducer_key). get() raises MeshError "
       "naming each member that failed or whose reply could not be folded.");
   m.def(
       "stop_mesh",

@@ -1,6 +1,6 @@
 // Python reducers: the reducer family "py:" (mesh/reducer.h). A key carries
 // the Accumulator's combine function, pickled and base64-encoded
-// (crown._runtime.reducer_key), so every hop of a reduce cast can fold with
+// (crown._protocol.reducer_key), so every hop of a reduce cast can fold with
 // it without anything sent ahead. Each fold takes the GIL and calls
 // crown._runtime.combine on the two outcomes; a combine that raises throws
 // PythonError, which fails the member whose reply could not be folded.
