@@ -111,19 +111,24 @@ def check_private_directory(directory: str) -> None:
                        f"trust what is in it. Remove it, or set CROWN_DEBUG_DIR")
 
 
-def check_private(path: str, kind) -> os.stat_result:
-    """`path` as the server leaves it: of `kind` (stat.S_ISREG, S_ISSOCK),
-    not a link, this user's, and private; CliError saying why not."""
-    try:
-        info = os.lstat(path)
-    except OSError as error:
-        raise CliError(f"cannot use {path}: {error.strerror}") from None
+def _check_info(path: str, info: os.stat_result, kind) -> None:
+    """CliError unless `info` (of `path`) is of `kind` (stat.S_ISREG,
+    S_ISSOCK), this user's and private, as the server leaves its files."""
     if not kind(info.st_mode):
         raise CliError(f"{path} is not what a job leaves there (a link, say): refusing it")
     if info.st_uid != os.geteuid() or info.st_mode & 0o077:
         raise CliError(f"{path} belongs to {_owner(info.st_uid)} with mode "
                        f"{stat.S_IMODE(info.st_mode):o}; a job's files are its user's and "
                        f"private (0600): refusing it")
+
+
+def check_private(path: str, kind) -> os.stat_result:
+    """`path` as the server leaves it (_check_info), not followed if a link."""
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        raise CliError(f"cannot use {path}: {error.strerror}") from None
+    _check_info(path, info, kind)
     return info
 
 
@@ -134,11 +139,7 @@ def read_private(path: str) -> str:
     except OSError as error:
         raise CliError(f"cannot read {path}: {error.strerror}") from None
     with os.fdopen(fd) as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-            raise CliError(f"{path} belongs to {_owner(info.st_uid)} with mode "
-                           f"{stat.S_IMODE(info.st_mode):o}; a job's files are its user's and "
-                           f"private (0600): refusing it")
+        _check_info(path, os.fstat(f.fileno()), stat.S_ISREG)
         return f.read(4096)
 
 
