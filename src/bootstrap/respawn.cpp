@@ -57,6 +57,22 @@ wire::Bytes receiveRest(MPI_Comm comm, int tag, std::uint64_t length) {
   return bytes;
 }
 
+// Tests `request` until it completes (true) or `deadline` passes (false:
+// then it is cancelled and freed). A peer that died before it sent leaves a
+// blocking receive waiting for good.
+bool completedBy(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
+  for (int done = 0;;) {
+    CROWN_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > deadline) {
+      MPI_Cancel(&request);
+      MPI_Request_free(&request);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 int spawnOne(const std::string& program, std::vector<std::string>& arguments,
              const std::string& host, MPI_Comm& child) {
   std::vector<char*> argv;
@@ -145,19 +161,11 @@ JoinAnswer joinOver(SpawnAttempt& attempt, const JoinOffer& offer, const std::st
   std::uint64_t length = 0;
   MPI_Request request;
   CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, kAnswerTag, child, &request));
-  int done = 0;
-  while (!done) {
-    CROWN_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-      // Not disconnected: MPI_Comm_disconnect would wait for it.
-      throw BootstrapError("respawn: the process started for rank " + std::to_string(offer.rank) +
-                           " did not answer within " + std::to_string(timeout.count()) +
-                           " ms (CROWN_RESPAWN_TIMEOUT_MS); its own output says why");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!completedBy(request, deadline)) {
+    // Not disconnected: MPI_Comm_disconnect would wait for it.
+    throw BootstrapError("respawn: the process started for rank " + std::to_string(offer.rank) +
+                         " did not answer within " + std::to_string(timeout.count()) +
+                         " ms (CROWN_RESPAWN_TIMEOUT_MS); its own output says why");
   }
   attempt.enter("MPI_Recv (the answer)");
   auto answer = wire::fromBytes<JoinAnswer>(receiveRest(child, kAnswerTag, length));
@@ -237,17 +245,10 @@ JoinOffer receiveOffer(MPI_Comm parent) {
   std::uint64_t length = 0;
   MPI_Request request;
   CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, kOfferTag, parent, &request));
-  for (int done = 0; !done;) {
-    CROWN_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-      throw BootstrapError("this process was started to replace a lost rank, but the controller "
-                           "sent it no offer within " + std::to_string(timeout.count()) +
-                           " ms (CROWN_RESPAWN_TIMEOUT_MS): it gave up on it");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!completedBy(request, deadline)) {
+    throw BootstrapError("this process was started to replace a lost rank, but the controller "
+                         "sent it no offer within " + std::to_string(timeout.count()) +
+                         " ms (CROWN_RESPAWN_TIMEOUT_MS): it gave up on it");
   }
   return wire::fromBytes<JoinOffer>(receiveRest(parent, kOfferTag, length));
 }
