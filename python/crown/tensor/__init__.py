@@ -22,10 +22,11 @@ from ._execute import Context, execute
 from ._local import LocalBackend
 from ._fetch import fetch_shard, inspect
 from ._mesh import Mesh, no_mesh
-from ._record import Tensor
+from ._tensor import Tensor
 from ._remote import Remote, remote
 from ._stream import Stream, main_stream
 from . import _fast_record  # noqa: F401  (the C++ recording path, where there is one)
+from . import _fetch, _op_cache, _record  # noqa: F401  (each sets its function in _hooks)
 from .errors import (
     BorrowedTensorError,
     CollectiveGradError,

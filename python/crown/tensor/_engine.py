@@ -17,7 +17,7 @@ from .. import _crown, _pickle
 from . import _native
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
 from ._mesh import Mesh, _location, suspended
-from ._record import Tensor
+from ._tensor import Tensor
 from .errors import RankLostError, RemoteException
 
 

@@ -1,18 +1,21 @@
 """Collectives and fetches recorded on mesh tensors: Tensor.reduce(_) and
-crown.fetch_shard / crown.inspect."""
+crown.fetch_shard / crown.inspect.
+
+In the recording layer it sits on _mesh and _tensor; Tensor.reduce(_)
+calls reduce() through _hooks (see there for the layer's order)."""
 
 from __future__ import annotations
 
 import torch
 
-from . import _mesh, _record
+from . import _hooks, _mesh, _tensor
 from ._commands import REDUCTIONS, Reduce
 from .errors import (CollectiveGradError, DroppedTensorError, MeshMismatchError, NoMeshError,
                      ReduceArgumentError)
 
 
-def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool,
-           inplace: bool) -> _record.Tensor:
+def reduce(t: _tensor.Tensor, dims, reduction: str, scatter: bool,
+           inplace: bool) -> _tensor.Tensor:
     name = "reduce_" if inplace else "reduce"
     if t._ref is None:
         raise DroppedTensorError(f"{name}: the tensor (made at {t._location}) was dropped at "
@@ -34,7 +37,7 @@ def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool,
         raise ReduceArgumentError(f"{name}: a dim is reduced twice in {dims}")
     if reduction not in REDUCTIONS:
         raise ReduceArgumentError(f"{name}: reduction {reduction!r} is not one of {REDUCTIONS}")
-    _record.check_use(t, name, writes=inplace)
+    _tensor.check_use(t, name, writes=inplace)
     if inplace:
         t._known = None
     if t.requires_grad and torch.is_grad_enabled():
@@ -65,7 +68,7 @@ def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool,
         with _mesh.fake_mode():
             f = torch.empty(out_shape, dtype=fake.dtype, device=fake.device)
         ref = mesh.backend.new_ref()
-        out = _record.Tensor(f, mesh, ref, _mesh._location())
+        out = _tensor.Tensor(f, mesh, ref, _mesh._location())
     mesh._record(Reduce(ref, t._ref, dims, reduction, bool(scatter),
                         out._location if not inplace else _mesh._location(), t._meta))
     return out
@@ -74,10 +77,10 @@ def reduce(t: _record.Tensor, dims, reduction: str, scatter: bool,
 # --- fetching --------------------------------------------------------------------
 
 
-def fetch_shard(t: _record.Tensor, **coords: int):
+def fetch_shard(t: _tensor.Tensor, **coords: int):
     """A Future of t's shard at the mesh coordinates (a missing label counts
     as 0); .get() gives a torch.Tensor or raises RemoteException."""
-    if not isinstance(t, _record.Tensor):
+    if not isinstance(t, _tensor.Tensor):
         raise TypeError(f"fetch_shard: expected a mesh tensor, got {type(t).__name__}")
     if t._ref is None:
         raise DroppedTensorError(f"fetch_shard: the tensor (made at {t._location}) was dropped")
@@ -87,6 +90,9 @@ def fetch_shard(t: _record.Tensor, **coords: int):
     return mesh.backend.fetch(t._ref, rank)
 
 
-def inspect(t: _record.Tensor, **coords: int) -> torch.Tensor:
+def inspect(t: _tensor.Tensor, **coords: int) -> torch.Tensor:
     """t's shard at the mesh coordinates, on the controller (waits)."""
     return fetch_shard(t, **coords).get()
+
+
+_hooks.reduce = reduce  # Tensor.reduce and reduce_ call it through _hooks

@@ -1,7 +1,8 @@
 """Values the controller knows: a small tensor made only from constants
 (Adam's step count) keeps its value on the controller, so .item() on it
 needs no fetch; any other write forgets it. _record.record() calls
-_track_known after each op."""
+_track_known after each op, _op_cache.dispatch() _known_values for item().
+In the recording layer it sits on _mesh and _tensor (see _hooks)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _mesh, _record
+from . import _mesh, _tensor
 
 
 # --- values the controller knows --------------------------------------------------
@@ -23,7 +24,7 @@ def _known_values(args, kwargs):
     None when one of them has none."""
     flat, tree = tree_flatten((args, kwargs))
     for i, a in enumerate(flat):
-        if isinstance(a, _record.Tensor):
+        if isinstance(a, _tensor.Tensor):
             if a._known is None:
                 return None
             flat[i] = a._known
@@ -37,7 +38,7 @@ def _track_known(fake_fn, flat, tree, wrappers, flat_out, written, lifted) -> No
     the same on every rank, so .item() on one needs no fetch; this is how
     torch.optim.Adam's step count works. A write from any other input
     forgets the copy."""
-    outs = [o for o in flat_out if isinstance(o, _record.Tensor)]
+    outs = [o for o in flat_out if isinstance(o, _tensor.Tensor)]
     if lifted is None and not any(w._known is not None for w in wrappers):
         return  # the common case: nothing known, nothing to forget
     aten = lifted is not None or isinstance(fake_fn, torch._ops.OpOverload)  # not propagate=
@@ -45,7 +46,7 @@ def _track_known(fake_fn, flat, tree, wrappers, flat_out, written, lifted) -> No
     ok = ok and torch.Tag.nondeterministic_seeded not in getattr(fake_fn, "tags", ())
     ok = ok and all(math.prod(o._meta[0]) <= _KNOWN_LIMIT for o in outs)
     if ok:
-        real = [a._known if isinstance(a, _record.Tensor) else a for a in flat]
+        real = [a._known if isinstance(a, _tensor.Tensor) else a for a in flat]
         if lifted is not None:
             real = [a.clone() if a is lifted else a for a in real]
         try:
@@ -58,9 +59,9 @@ def _track_known(fake_fn, flat, tree, wrappers, flat_out, written, lifted) -> No
         for o in outs:
             o._known = None  # a fresh output has none; an in-place one no longer has
         for w in written or ():
-            if isinstance(w, _record.Tensor):
+            if isinstance(w, _tensor.Tensor):
                 w._known = None
         return
     for o, v in zip(flat_out, values):
-        if isinstance(o, _record.Tensor):
+        if isinstance(o, _tensor.Tensor):
             o._known = v if isinstance(v, torch.Tensor) else None

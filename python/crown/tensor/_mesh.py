@@ -1,8 +1,12 @@
-"""The recording layer's mesh and its state (_record.py records on it): the
-one FakeTensorMode, the activate() stack and the TorchDispatchMode it
-pushes, no_mesh, the current stream, and where the user recorded an op.
+"""The recording layer's mesh and its state (_tensor and _record record on
+it): the one FakeTensorMode, the activate() stack and the TorchDispatchMode
+it pushes, no_mesh, the current stream, and where the user recorded an op.
 The state is read through this module (`_mesh._active`), so that the
-modules that record see what activate() and Stream.activate() set."""
+modules that record see what activate() and Stream.activate() set.
+
+The bottom of the recording layer: it imports only _hooks of it, through
+which the modes hand every op to _op_cache.dispatch and Mesh.rank() records
+with _record.record (see _hooks for the layer's order)."""
 
 from __future__ import annotations
 
@@ -18,11 +22,12 @@ from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispat
                                           _pop_mode_temporarily)
 
 from .. import _sent
+from . import _hooks
 from ._commands import Delete, ReturnBorrow, SwitchStream
 from .errors import ReduceArgumentError
 
 if TYPE_CHECKING:
-    from ._record import Tensor
+    from ._tensor import Tensor
 
 
 _fake_mode: Optional[FakeTensorMode] = None
@@ -158,10 +163,8 @@ class Mesh:
                 raise ReduceArgumentError(f"rank({d!r}): the mesh has dims {list(self._shape)}")
         sizes = tuple(self._shape[d] for d in dims)
         with suspended():
-            from ._record import record  # here: _record.py imports this module
-
-            return record("crown.tensor._execute.mesh_rank", _fake_rank, (dims, sizes), {},
-                          mesh=self, location=_location())
+            return _hooks.record("crown.tensor._execute.mesh_rank", _fake_rank, (dims, sizes), {},
+                                 mesh=self, location=_location())
 
     def ravel(self, coords: Dict[str, int]) -> int:
         """The rank at coords; a missing label counts as 0."""
@@ -267,7 +270,7 @@ no_mesh = _NoMesh()
 
 class _MeshMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return _op_cache.dispatch(func, args, kwargs or {})
+        return _hooks.dispatch(func, args, kwargs or {})
 
 
 _set_torch_dispatch_mode = torch._C._set_torch_dispatch_mode
@@ -288,7 +291,7 @@ class _DirectMode:
         _set_torch_dispatch_mode(None)
         _direct.on = False
         try:
-            return _op_cache.dispatch(func, args, kwargs or {})
+            return _hooks.dispatch(func, args, kwargs or {})
         finally:
             _set_torch_dispatch_mode(self)
             _direct.on = True
@@ -300,7 +303,3 @@ class _DirectMode:
     def off(self) -> None:
         _set_torch_dispatch_mode(None)
         _direct.on = False
-
-
-# Last: _op_cache (and the _record it imports) take names from this module.
-from . import _op_cache  # noqa: E402

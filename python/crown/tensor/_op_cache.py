@@ -2,7 +2,11 @@
 recorded before, keyed by its arguments' metadata and constants, replayed
 without FakeTensor; and the __torch_function__ path that records an
 out-of-place op on mesh tensors before torch's dispatcher. dispatch() is
-where every op inside activate() arrives (_mesh._MeshMode)."""
+where every op inside activate() arrives (_mesh._MeshMode).
+
+The top of the recording layer: it imports the modules below it and sets
+dispatch() and torch_function() in _hooks, through which Tensor and the
+dispatch modes call them (see _hooks for the layer's order)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _known, _mesh, _native, _record
+from . import _hooks, _known, _mesh, _native, _record, _tensor
 from ._commands import Call
 from .errors import LocalValueError, NoMeshError
 
@@ -43,22 +47,8 @@ class _OpInfo:
         self.written = tuple(
             (i, a.name) for i, a in enumerate(schema.arguments)
             if a.alias_info is not None and a.alias_info.is_write)
-        # key of the arguments' metadata and constants -> _Entry
-        self.cache: Dict[tuple, "_Entry"] = {}
-
-
-class _Entry:
-    """What an op does with arguments of one key: the same blob, and outputs
-    of the same metadata. descs: per flattened output, a meta tuple (a fresh
-    tensor), an int k (input k itself: in place, out=) or (None, value)."""
-
-    __slots__ = ("blob", "descs", "tree", "written")
-
-    def __init__(self, blob, descs, tree, written):
-        self.blob = blob
-        self.descs = descs
-        self.tree = tree
-        self.written = written  # input indices the op writes, beyond its outputs
+        # key of the arguments' metadata and constants -> _record._Entry
+        self.cache: Dict[tuple, _record._Entry] = {}
 
 
 _MISS = object()
@@ -68,12 +58,9 @@ class _Slow(Exception):
     """The fast path does not apply; _record.record() sorts it out (and raises what is wrong)."""
 
 
-_CACHE_LIMIT = 4096
-
-
-def _key(v, inputs: List[int], wrappers: List[_record.Tensor], slot: Dict[int, int]):
+def _key(v, inputs: List[int], wrappers: List[_tensor.Tensor], slot: Dict[int, int]):
     t = type(v)
-    if t is _record.Tensor:
+    if t is _tensor.Tensor:
         ref = v._ref
         if (ref is None or v._stream is not _mesh._stream_now or v._lent_mutably
                 or v._known is not None):
@@ -97,7 +84,7 @@ def _arguments_key(args, kwargs):
     """(key, input refs, their wrappers) of an op's arguments: their metadata
     and constants, mesh tensors by first appearance. Raises _Slow."""
     inputs: List[int] = []
-    wrappers: List[_record.Tensor] = []
+    wrappers: List[_tensor.Tensor] = []
     slot: Dict[int, int] = {}
     key = tuple([_key(a, inputs, wrappers, slot) for a in args])
     if kwargs:
@@ -105,7 +92,7 @@ def _arguments_key(args, kwargs):
     return key, inputs, wrappers
 
 
-def _outputs(mesh: _mesh.Mesh, descs, wrappers: List[_record.Tensor], location: str):
+def _outputs(mesh: _mesh.Mesh, descs, wrappers: List[_tensor.Tensor], location: str):
     """(outputs, their new refs) of a cached op, by its descs: an input itself
     (int k), a constant ((None, value)) or a fresh tensor (its meta). Sends
     the pending deletes first when enough have gathered."""
@@ -122,7 +109,7 @@ def _outputs(mesh: _mesh.Mesh, descs, wrappers: List[_record.Tensor], location: 
         else:
             ref = backend.new_ref()
             results.append(ref)
-            outs.append(_record.Tensor(None, mesh, ref, location, d))
+            outs.append(_tensor.Tensor(None, mesh, ref, location, d))
     return outs, results
 
 
@@ -160,8 +147,8 @@ def _fast(info: _OpInfo, args, kwargs):
     for k in entry.written:
         results.append(inputs[k])
     mesh._record(Call(results, entry.blob, inputs, location))
-    if _captured is not None:
-        _captured.append((entry, inputs, results))
+    if _record._captured is not None:
+        _record._captured.append((entry, inputs, results))
     if entry.tree is None:
         return outs[0], None
     return tree_unflatten(outs, entry.tree), None
@@ -176,7 +163,6 @@ def _fast(info: _OpInfo, args, kwargs):
 # learnt the first time, by capturing what its way through the dispatcher
 # recorded: one Call, whose inputs are the op's own tensor arguments.
 
-_captured: Optional[List[Any]] = None  # what dispatch records while a miss is learnt
 _disabled = torch._C._disabled_torch_function_impl
 _no_torch_function = torch._C.DisableTorchFunction
 _tf_cache: Dict[Any, Dict[tuple, Any]] = {}  # func -> key -> _TfEntry, or None (always slow)
@@ -239,7 +225,7 @@ def torch_function(func, types, args, kwargs):
         mesh._send_deletes()
     ref = mesh.backend.new_ref()
     location = _mesh._location()
-    out = _record.Tensor(None, mesh, ref, location, entry.meta)
+    out = _tensor.Tensor(None, mesh, ref, location, entry.meta)
     perm = entry.perm
     mesh._record(Call([ref], entry.blob, inputs if perm is None else [inputs[k] for k in perm],
                       location))
@@ -250,17 +236,16 @@ def _learn(func, types, args, kwargs, table, key, inputs):
     """The first call of func with arguments of this key: through the
     dispatcher, capturing what it records; cached when it is one Call of a
     fresh tensor from the op's own tensor arguments (else: always that way)."""
-    global _captured
-    outer, _captured = _captured, []
+    outer, _record._captured = _record._captured, []
     try:
         out = _disabled(func, types, args, kwargs)
-        captured = _captured
+        captured = _record._captured
     finally:
-        _captured = outer
+        _record._captured = outer
     if outer is not None:
         outer.extend(captured)
     entry = None
-    if len(captured) == 1 and captured[0] is not None and isinstance(out, _record.Tensor):
+    if len(captured) == 1 and captured[0] is not None and isinstance(out, _tensor.Tensor):
         aten, call_inputs, results = captured[0]
         fresh = (aten.tree is None and not aten.written and len(results) == 1
                  and results[0] == out._ref and type(aten.descs[0]) is tuple
@@ -268,7 +253,7 @@ def _learn(func, types, args, kwargs, table, key, inputs):
         position = {ref: k for k, ref in enumerate(inputs)}
         if fresh and all(ref in position for ref in call_inputs):
             entry = _tf_entry(aten.blob, aten.descs[0], tuple(position[ref] for ref in call_inputs))
-    if len(table) >= _CACHE_LIMIT:
+    if len(table) >= _record._CACHE_LIMIT:
         table.clear()
     table[key] = entry
     return out
@@ -286,12 +271,12 @@ def dispatch(func, args, kwargs):
         return func(*args, **kwargs)
     if _mesh._no_mesh_depth:
         for a in tree_flatten((args, kwargs))[0]:
-            if isinstance(a, _record.Tensor):
+            if isinstance(a, _tensor.Tensor):
                 raise NoMeshError(
                     f"{info.spec}: a mesh tensor ({a!r}) was used inside no_mesh, where "
                     "torch code runs locally; fetch it first with crown.inspect(t)")
         return func(*args, **kwargs)
-    if info.kind == _VALUE and any(isinstance(a, _record.Tensor)
+    if info.kind == _VALUE and any(isinstance(a, _tensor.Tensor)
                                    for a in tree_flatten((args, kwargs))[0]):
         known = _known._known_values(args, kwargs)
         if known is not None:
@@ -316,3 +301,8 @@ def dispatch(func, args, kwargs):
                 written.append(v)
     return _record.record(info.spec, func, args, kwargs, written=written, lift=info.kind == _LIFT,
                   local_runs=True, cache=(info.cache, key) if key is not None else None)
+
+
+# Tensor and the dispatch modes, below this module, call these through _hooks.
+_hooks.dispatch = dispatch
+_hooks.torch_function = torch_function

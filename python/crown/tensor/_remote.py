@@ -24,7 +24,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ._fetch import fetch_shard
 from ._mesh import _location, suspended
-from ._record import Tensor, record
+from ._record import record
+from ._tensor import Tensor
 from .errors import RemoteException
 
 _MODES = ("cached", "inspect")

@@ -22,7 +22,7 @@ import threading
 from . import _mesh
 from ._commands import Borrow
 from ._mesh import StreamBase, suspended
-from ._record import Tensor
+from ._tensor import Tensor
 from .errors import BorrowedTensorError, DroppedTensorError, StreamError
 
 _ids = itertools.count(1)
