@@ -44,18 +44,18 @@ class EndpointRef:
         """A ported endpoint's reply port for a call to `ranks`; None for any other."""
         return _PortedReplies(self, ranks) if self._ported else None
 
-    def _message(self, args, kwargs, adverb: str, port: Optional[Port] = None,
-                 parts: bool = False):
-        """The pickled call (in two parts, head and out-of-band buffers, for
-        a direct request); a ported endpoint's port goes first, before the
-        caller's arguments. TypeError before anything is sent."""
+    def _message(self, args, kwargs, adverb: str, port: Optional[Port] = None):
+        """The pickled call in two parts, head and out-of-band buffers, as
+        every adverb sends it (one encoding, direct or cast); a ported
+        endpoint's port goes first, before the caller's arguments. TypeError
+        before anything is sent."""
         if self._ported and adverb == "accumulate":
             raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
                             f"concurrent_endpoint): an Accumulator cannot fold its replies; "
                             f"use call()")
         call = (self._name, args if port is None else (port, *args), kwargs)
         try:
-            return _pickle.dumps_parts(call) if parts else _pickle.dumps(call)
+            return _pickle.dumps_parts(call)
         except TypeError as e:
             raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
 
@@ -83,13 +83,13 @@ class EndpointRef:
         mesh = self._mesh
         replies = self._replies(mesh._shape.ranks())
         with _sent.collecting() as sent:
-            payload = self._message(args, kwargs, "call", replies and replies.port)
+            parts = self._message(args, kwargs, "call", replies and replies.port)
         if replies is not None:  # each member's reply comes through the port
-            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, payload))
+            replies.watch_stream(_crown.cast_stream(mesh._shape, mesh._local, *parts))
             _hold_until_handled(sent, mesh)
             entries = replies.entries
         else:
-            pending = _crown.cast_call(mesh._shape, mesh._local, payload)
+            pending = _crown.cast_call(mesh._shape, mesh._local, *parts)
             _sent.hold(sent, pending.done)
             entries = lambda timeout: self._entries(pending.get(timeout))  # noqa: E731
         every = Future(lambda timeout: ValueMesh(mesh._shape, entries(timeout)))
@@ -102,7 +102,7 @@ class EndpointRef:
         port too (a per-member port watching that member's rank)."""
         replies = self._replies([rank])
         with _sent.collecting() as sent:
-            parts = self._message(args, kwargs, adverb, replies and replies.port, parts=True)
+            parts = self._message(args, kwargs, adverb, replies and replies.port)
         pending = _crown.request(rank, self._mesh._local, *parts)
         _sent.hold(sent, pending.done)  # done when the endpoint returns: it has read them
         if replies is not None:
@@ -150,8 +150,8 @@ class EndpointRef:
         mesh = self._mesh
         replies = self._replies(mesh._shape.ranks())
         with _sent.collecting() as sent:
-            payload = self._message(args, kwargs, "stream", replies and replies.port)
-        pending = _crown.cast_stream(mesh._shape, mesh._local, payload)
+            parts = self._message(args, kwargs, "stream", replies and replies.port)
+        pending = _crown.cast_stream(mesh._shape, mesh._local, *parts)
         _hold_until_handled(sent, mesh)
         if replies is not None:  # each member's reply comes through the port
             replies.watch_stream(pending)
@@ -181,9 +181,9 @@ class EndpointRef:
         mesh = self._mesh
         # A ported endpoint gets a port that drops values and raises an exception sent to it.
         with _sent.collecting() as sent:
-            payload = self._message(args, kwargs, "broadcast",
-                                    _DroppingPort() if self._ported else None)
-        _crown.cast_broadcast(mesh._shape, mesh._local, payload)
+            parts = self._message(args, kwargs, "broadcast",
+                                  _DroppingPort() if self._ported else None)
+        _crown.cast_broadcast(mesh._shape, mesh._local, *parts)
         _hold_until_handled(sent, mesh)
 
 
@@ -239,8 +239,8 @@ class Accumulator:
         ref = self._endpoint
         mesh = ref._mesh
         with _sent.collecting() as sent:
-            payload = ref._message(args, kwargs, "accumulate")
-        pending = _crown.cast_reduce(mesh._shape, mesh._local, payload, self._key)
+            parts = ref._message(args, kwargs, "accumulate")
+        pending = _crown.cast_reduce(mesh._shape, mesh._local, *parts, self._key)
         _sent.hold(sent, pending.done)
 
         def wait(timeout):
@@ -256,5 +256,5 @@ def _hold_until_handled(sent: List[Any], mesh) -> None:
     once each actor has handled what came before (ORD-1)."""
     if sent:
         fence = _crown.cast_call(mesh._shape, mesh._local,
-                                 _pickle.dumps((_protocol.FENCE, (), {})))
+                                 *_pickle.dumps_parts((_protocol.FENCE, (), {})))
         _sent.hold(sent, fence.done)

@@ -223,7 +223,7 @@ class ActorMesh(_Sliceable, Generic[R]):
         ``await mesh.stop()`` read as in Monarch."""
         self._ready()
         finishing = _crown.cast_call(self._shape, self._local,
-                                     _pickle.dumps((_protocol.STOP, (), {})))
+                                     *_pickle.dumps_parts((_protocol.STOP, (), {})))
         finishing.get()  # a member that is gone already has nothing left to finish
         _crown.stop_mesh(self._shape, self._local)
         _supervision.members_stopped(self._local, self._shape.ranks())

@@ -309,16 +309,15 @@ def _endpoint_of(cls, name):
     return found
 
 
-def dispatch(instance, payload, report: bool = False, parts: bool = False):
-    """Runs one pickled call; returns the tag and the pickled outcome as bytes,
-    or with `parts` as (head, buffers) for the fabric to send without a copy
-    (_pickle.dumps_parts). report: an exception comes back as RAISED + its
-    text report (utf-8), not pickled, for the C++ side to throw; a fatal one
-    (not an Exception) always comes back so, as FATAL."""
+def dispatch(instance, payload, report: bool = False):
+    """Runs one pickled call (a RawCall's, direct or cast, py_actor.h);
+    returns the tag and the pickled outcome as (head, buffers), for the
+    fabric to send without a copy (_pickle.dumps_parts). report: an
+    exception comes back as RAISED + its text report (utf-8), not pickled,
+    for the C++ side to throw; a fatal one (not an Exception) always comes
+    back so, as FATAL."""
     outcome = _run(instance, payload, report)
-    if parts:
-        return outcome if isinstance(outcome, tuple) else (outcome, [])
-    return outcome if not isinstance(outcome, tuple) else b"".join([outcome[0], *outcome[1]])
+    return outcome if isinstance(outcome, tuple) else (outcome, [])
 
 
 def _run(instance, payload, report):

@@ -23,7 +23,27 @@ namespace py = pybind11;
 namespace crown::python {
 namespace {
 
-using Outcome = PyOutcome;
+// A cast's reply, a RawOutcome as it came (py_actor.h).
+using Outcome = mesh::RawReply;
+
+// A Python call for the fabric: the report flag byte (py_actor.h), then the
+// pickle's head and its out-of-band buffers.
+wire::Payload callPayload(bool report, const py::bytes& head, const py::list& buffers) {
+  return payloadOf(std::string(1, report ? '\1' : '\0'), head, buffers);
+}
+
+// The same call in one buffer, as a cast carries it to every hop.
+mesh::RawMessage castCall(bool report, const py::bytes& head, const py::list& buffers) {
+  return {kRawCallType, callPayload(report, head, buffers).join()};
+}
+
+// A cast reply as Python reads it: the tagged pickle; a reply of another
+// type (not a Python actor's) is a ProtocolError.
+py::bytes outcomeBytes(const Outcome& reply) {
+  if (reply.type != kRawOutcomeType)
+    throw ProtocolError("a Python call was answered with " + reply.type);
+  return py::bytes(reply.payload);
+}
 
 py::tuple describe(const std::exception_ptr& error, std::size_t rank) {
   return describeEntry(error, static_cast<Rank>(rank));
@@ -34,13 +54,13 @@ class OutcomeFuture {
  public:
   explicit OutcomeFuture(Future<Outcome> future) : future_(std::move(future)) {}
   py::bytes get(std::optional<double> timeout) {
-    std::string payload;
+    Outcome reply;
     {
       py::gil_scoped_release release;
       ProgramWait abortable;  // fails with UnhandledFault when the job ends
-      payload = (timeout ? future_.get(toMillis(*timeout)) : future_.get()).payload;
+      reply = timeout ? future_.get(toMillis(*timeout)) : future_.get();
     }
-    return py::bytes(payload);
+    return outcomeBytes(reply);
   }
   bool done() const { return future_.isReady(); }
 
@@ -107,7 +127,7 @@ class CastFuture {
       if (entry.error) {
         entries.append(py::make_tuple(rank, py::none(), describe(entry.error, rank)));
       } else {
-        entries.append(py::make_tuple(rank, py::bytes(entry.value->payload), py::none()));
+        entries.append(py::make_tuple(rank, outcomeBytes(*entry.value), py::none()));
       }
     }
     return entries;
@@ -132,7 +152,7 @@ class CastStream {
     if (!item) return py::none();
     if (item->error)
       return py::make_tuple(item->rank, py::none(), describe(item->error, item->rank));
-    return py::make_tuple(item->rank, py::bytes(item->value->payload), py::none());
+    return py::make_tuple(item->rank, outcomeBytes(*item->value), py::none());
   }
 
  private:
@@ -227,7 +247,7 @@ void bindActor(py::module_& m) {
   m.def(
       "request",
       [](std::size_t rank, std::uint64_t local, const py::bytes& head, const py::list& buffers) {
-        wire::Payload payload = payloadOf(std::string(1, '\0'), head, buffers);
+        wire::Payload payload = callPayload(false, head, buffers);
         py::gil_scoped_release release;
         return RequestFuture(
             requestRaw(Proc::current(), ActorId{static_cast<Rank>(rank), local}, std::move(payload)));
@@ -235,35 +255,41 @@ void bindActor(py::module_& m) {
       "A direct call: the pickle's head and its out-of-band buffers, sent where they lie.");
   m.def("send", [](std::size_t rank, std::uint64_t local, const py::bytes& head,
                    const py::list& buffers) {
-    wire::Payload payload = payloadOf(std::string(1, '\1'), head, buffers);
+    wire::Payload payload = callPayload(true, head, buffers);
     py::gil_scoped_release release;
     Proc::current().sendRaw(ActorId{static_cast<Rank>(rank), local}, kRawCallType,
                             std::move(payload));
   });
-  m.def("cast_call", [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
-    PyCall call{std::string(payload)};
+  // Casts carry the call as direct requests do (one encoding: a RawCall).
+  m.def(
+      "cast_call",
+      [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& head,
+         const py::list& buffers) {
+        mesh::RawMessage call = castCall(false, head, buffers);
+        py::gil_scoped_release release;
+        return CastFuture(meshOf(shape, local).call<Outcome>(std::move(call)));
+      },
+      "Casts the call (the pickle's head and its out-of-band buffers); every member's outcome.");
+  m.def("cast_stream", [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& head,
+                          const py::list& buffers) {
+    mesh::RawMessage call = castCall(false, head, buffers);
     py::gil_scoped_release release;
-    return CastFuture(meshOf(shape, local).call<Outcome>(call));
+    return CastStream(meshOf(shape, local).stream<Outcome>(std::move(call)));
   });
-  m.def("cast_stream", [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
-    PyCall call{std::string(payload)};
+  m.def("cast_broadcast", [](const mesh::Shape& shape, std::uint64_t local,
+                             const py::bytes& head, const py::list& buffers) {
+    mesh::RawMessage call = castCall(true, head, buffers);
     py::gil_scoped_release release;
-    return CastStream(meshOf(shape, local).stream<Outcome>(call));
+    meshOf(shape, local).broadcast(std::move(call));
   });
-  m.def("cast_broadcast",
-        [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload) {
-          PyCall call{std::string(payload), true};
-          py::gil_scoped_release release;
-          meshOf(shape, local).broadcast(call);
-        });
   m.def(
       "cast_reduce",
-      [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& payload,
-         const std::string& reducerKey) {
-        PyCall call{std::string(payload), true};
+      [](const mesh::Shape& shape, std::uint64_t local, const py::bytes& head,
+         const py::list& buffers, const std::string& reducerKey) {
+        mesh::RawMessage call = castCall(true, head, buffers);
         // Released: the cast's aggregation may fold (and take the GIL) on a pool thread.
         py::gil_scoped_release release;
-        return OutcomeFuture(meshOf(shape, local).reduceByKey<Outcome>(call, reducerKey));
+        return OutcomeFuture(meshOf(shape, local).reduceByKey<Outcome>(std::move(call), reducerKey));
       },
       "Casts the pickled call and folds the outcomes at every hop with the reducer of "
       "reducerKey (a \"py:\" key: crown._protocol.reducer_key). get() raises MeshError "

@@ -2,7 +2,8 @@
 // the Accumulator's combine function, pickled and base64-encoded
 // (crown._protocol.reducer_key), so every hop of a reduce cast can fold with
 // it without anything sent ahead. Each fold takes the GIL and calls
-// crown._runtime.combine on the two outcomes; a combine that raises throws
+// crown._runtime.combine on the two outcomes (RawOutcomes: a tag byte and
+// the pickle, py_actor.h); a combine that raises throws
 // PythonError, which fails the member whose reply could not be folded.
 // Registered when _crown is imported, so on every rank alike (SPMD).
 #include <pybind11/pybind11.h>
@@ -22,19 +23,17 @@ namespace {
 
 constexpr const char* kPrefix = "py:";
 
-wire::Bytes combine(const std::string& key, const wire::Bytes& a, const wire::Bytes& b) {
-  auto left = wire::fromBytes<PyOutcome>(a);
-  auto right = wire::fromBytes<PyOutcome>(b);
+wire::Bytes combine(const std::string& key, const wire::Bytes& left, const wire::Bytes& right) {
   std::string folded;
   {
     if (!Py_IsInitialized()) throw Error("Python is gone: cannot fold a Python reduce");
     Gil gil;
     py::object fold = py::module_::import("crown._runtime").attr("combine");
-    py::bytes result = fold(key, py::bytes(left.payload), py::bytes(right.payload));
+    py::bytes result = fold(key, py::bytes(left), py::bytes(right));
     folded = std::string(result);
   }
   if (folded.empty() || folded[0] != kValueTag) throw PythonError(folded.substr(1));
-  return wire::toBytes(PyOutcome{std::move(folded)});
+  return folded;
 }
 
 }  // namespace
@@ -43,7 +42,7 @@ void bindReduce(py::module_& m) {
   mesh::detail::registerReducerFamily(kPrefix, [](const std::string& key) {
     using Reducer = mesh::detail::Reducer;
     return std::make_shared<const Reducer>(
-        Reducer{wire::messageName<PyOutcome>(),
+        Reducer{kRawOutcomeType,
                 [key](const wire::Bytes& a, const wire::Bytes& b) { return combine(key, a, b); }});
   });
   m.attr("REDUCER_PREFIX") = kPrefix;

@@ -32,20 +32,6 @@ PyActor::PyActor(std::string spawnPayload) {
     std::string report = py::str(e.value());
     throw PythonError(report);
   }
-  handle<PyCall>([this](const PyCall& call) {
-    std::string outcome;
-    {
-      Gil gil;
-      py::bytes result = dispatch_(instance_, py::bytes(call.payload), call.report);
-      outcome = std::string(result);
-    }
-    // Thrown without the GIL: the mailbox logs it (with the traceback) and
-    // tells the modules, or the reduce fails this member.
-    if (!outcome.empty() && outcome[0] == kFatalTag) throw ActorFatal(outcome.substr(1));
-    if (call.report && !outcome.empty() && outcome[0] == kRaisedTag)
-      throw PythonError(outcome.substr(1));
-    return PyOutcome{std::move(outcome)};
-  });
   // Zero copy: the arguments' arrays wrap the received bytes, and the
   // result's arrays go to the socket from their own memory.
   handleRaw(kRawCallType, [this](wire::Bytes& payload) {
@@ -55,7 +41,7 @@ PyActor::PyActor(std::string spawnPayload) {
     bool fatal = false;
     {
       Gil gil;
-      py::tuple parts = dispatch_(instance_, viewOf(std::move(payload), 1), report, true);
+      py::tuple parts = dispatch_(instance_, viewOf(std::move(payload), 1), report);
       py::bytes head = parts[0];
       std::string_view tagged = head;
       fatal = !tagged.empty() && tagged[0] == kFatalTag;
@@ -65,7 +51,8 @@ PyActor::PyActor(std::string spawnPayload) {
         reply = payloadOf("", head, parts[1]);
       }
     }
-    // Thrown without the GIL, as above.
+    // Thrown without the GIL: the mailbox logs it (with the traceback) and
+    // tells the modules, or the reduce fails this member.
     if (fatal) throw ActorFatal(failure);
     if (!failure.empty()) throw PythonError(failure);
     return crown::detail::HandlerResult{kRawOutcomeType, std::move(reply)};

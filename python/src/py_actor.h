@@ -26,34 +26,14 @@ constexpr char kValueTag = '\x00';
 constexpr char kRaisedTag = '\x01';
 constexpr char kFatalTag = '\x02';
 
-/// Direct calls and sends skip C++ encoding: a RawCall's payload is a flag
-/// byte (1: report a Python exception as PythonError, as PyCall::report),
-/// then the pickle with its out-of-band buffers where they lie; the reply, a
-/// RawOutcome, is the tag byte and the pickle likewise (py_payload.h).
+/// Every Python call, direct or cast, is one encoding with no C++ archive
+/// around it: a RawCall's payload is a flag byte (1: report a Python
+/// exception as a thrown PythonError instead of a reply: one-way calls and
+/// reduces), then the pickled (method name, args, kwargs) with its
+/// out-of-band buffers where they lie; the reply, a RawOutcome, is the tag
+/// byte and the pickle likewise (py_payload.h).
 inline const std::string kRawCallType = "crown.python.RawCall";
 inline const std::string kRawOutcomeType = "crown.python.RawOutcome";
-
-/// A pickled endpoint call: (method name, args, kwargs) with out-of-band
-/// buffers, as casts carry it.
-struct PyCall {
-  std::string payload;
-  /// A Python exception becomes a thrown PythonError instead of a reply:
-  /// set for one-way calls and reduces.
-  bool report = false;
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& payload& report;
-  }
-};
-
-/// A pickled outcome: a tag byte (value or raised exception), then the pickle.
-struct PyOutcome {
-  std::string payload;
-  template <class Archive>
-  void serialize(Archive& archive, unsigned) {
-    archive& payload;
-  }
-};
 
 /// A Python exception thrown through C++: its text report with the traceback.
 class PythonError : public UserCodeError {
@@ -81,5 +61,3 @@ class PyActor : public Actor {
 
 }  // namespace crown::python
 
-CROWN_MESSAGE(crown::python::PyCall, "crown.python.Call");
-CROWN_MESSAGE(crown::python::PyOutcome, "crown.python.Outcome");

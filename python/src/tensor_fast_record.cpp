@@ -48,7 +48,7 @@ Names names;
 // it is configured again: the interpreter may call in until it is gone.
 struct State {
   const NativeTorch* torch = nullptr;
-  py::object tensorType;      // crown.tensor._record.Tensor
+  py::object tensorType;      // crown.tensor._tensor.Tensor
   py::object torchTensor;     // torch.Tensor: a local tensor among the arguments
   py::object meshModule;      // crown.tensor._mesh: _active, _no_mesh_depth, _stream_now
   py::object mainStream;      // _mesh.MAIN_STREAM, a Tensor's _stream unless set

@@ -8,6 +8,8 @@
 //   broadcast(msg)     no replies
 //   reduce<R, Op>(msg) the replies combined up the tree (Sum, Min, Max, own;
 //                      reduceByKey<R>(msg, key) for a reducer family's key)
+// A cast's message may be a mesh::RawMessage (bytes for a raw handler, cast
+// as they are), and its replies mesh::RawReply (kept undecoded).
 // ORD-1 holds between these and direct sends from the same sender. A plain
 // value that travels inside messages; any thread.
 #pragma once
@@ -15,6 +17,8 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "crown/actor/ref.h"
 #include "crown/mesh/cast.h"
@@ -52,9 +56,9 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
   }
 
   template <class R, class Msg>
-  Future<ValueMesh<R>> call(const Msg& message) const {
+  Future<ValueMesh<R>> call(Msg&& message) const {
     auto state = std::make_shared<detail::FutureState<ValueMesh<R>>>();
-    castAs(message, mesh::CastMode::kCollect, {}, [state, shape = shape_](mesh::CastResult&& r) {
+    castAs(std::forward<Msg>(message), mesh::CastMode::kCollect, {}, [state, shape = shape_](mesh::CastResult&& r) {
       state->setValue(ValueMesh<R>::fromCast(shape, std::move(r)));
     });
     return Future<ValueMesh<R>>(state);
@@ -82,17 +86,17 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
   }
 
   template <class R, class Msg>
-  MeshStream<R> stream(const Msg& message) const {
+  MeshStream<R> stream(Msg&& message) const {
     auto state = std::make_shared<typename MeshStream<R>::State>();
     state->shape = shape_;
-    castAs(message, mesh::CastMode::kStream, {}, {},
+    castAs(std::forward<Msg>(message), mesh::CastMode::kStream, {}, {},
            [state](mesh::CastEntry&& entry) { state->push(std::move(entry)); });
     return MeshStream<R>(state);
   }
 
   template <class Msg>
-  void broadcast(const Msg& message) const {
-    castAs(message, mesh::CastMode::kBroadcast, {}, {});
+  void broadcast(Msg&& message) const {
+    castAs(std::forward<Msg>(message), mesh::CastMode::kBroadcast, {}, {});
   }
 
   /// The replies combined by Op (mesh::Sum, Min, Max, or an associative and
@@ -106,9 +110,9 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
   /// reduce() with the reducer found under `reducerKey` at every hop: a key
   /// of reducerKey<R, Op>(), or one a reducer family resolves (reducer.h).
   template <class R, class Msg>
-  Future<R> reduceByKey(const Msg& message, std::string reducerKey) const {
+  Future<R> reduceByKey(Msg&& message, std::string reducerKey) const {
     auto state = std::make_shared<detail::FutureState<R>>();
-    castAs(message, mesh::CastMode::kReduce, std::move(reducerKey),
+    castAs(std::forward<Msg>(message), mesh::CastMode::kReduce, std::move(reducerKey),
            [state, shape = shape_](mesh::CastResult&& result) {
              try {
                std::vector<MeshError::Failure> failures;
@@ -117,7 +121,12 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
                  failures.push_back({entry.rank, error, mesh::detail::describe(error)});
                }
                if (!failures.empty()) throw MeshError("reduce", shape.size(), failures);
-               state->setValue(wire::fromBytes<R>(result.value));
+               if constexpr (std::is_same_v<R, mesh::RawReply>) {
+                 state->setValue(mesh::RawReply{std::move(result.valueType),
+                                                std::move(result.value)});
+               } else {
+                 state->setValue(wire::fromBytes<R>(result.value));
+               }
              } catch (...) {
                state->setError(std::current_exception());
              }
@@ -139,17 +148,20 @@ class ActorMesh : public mesh::Sliceable<ActorMesh<A>> {
 
  private:
   template <class Msg>
-  void castAs(const Msg& message, mesh::CastMode mode, std::string reducer,
+  void castAs(Msg&& message, mesh::CastMode mode, std::string reducer,
               std::function<void(mesh::CastResult&&)> done,
               std::function<void(mesh::CastEntry&&)> onEntry = {}) const {
     Proc& proc = Proc::current();
-    mesh::CastRequest request{shape_.slice(),
-                              mesh::castFanout(proc),
-                              local_,
-                              wire::messageName<Msg>(),
-                              wire::toBytes(message),
-                              mode,
+    mesh::CastRequest request{shape_.slice(), mesh::castFanout(proc), local_, {}, {}, mode,
                               std::move(reducer)};
+    using M = std::remove_cvref_t<Msg>;
+    if constexpr (std::is_same_v<M, mesh::RawMessage>) {
+      request.type = message.type;
+      request.payload = std::forward<Msg>(message).payload;  // moved when given an rvalue
+    } else {
+      request.type = wire::messageName<M>();
+      request.payload = wire::toBytes(message);
+    }
     mesh::cast(proc, std::move(request), std::move(done), std::move(onEntry));
   }
 

@@ -66,6 +66,21 @@ struct CastRequest {
   std::string reducer;  ///< registry key (kReduce)
 };
 
+/// A message already encoded (for an actor's raw handler, Actor::handleRaw:
+/// Python's pickled calls), cast by ActorMesh as it is: `type` names it to
+/// the handler, `payload` is what the handler reads.
+struct RawMessage {
+  std::string type;
+  wire::Bytes payload;
+};
+
+/// A reply kept as it came, for a caller that decodes replies itself
+/// (ActorMesh's call, stream and reduceByKey with R = RawReply).
+struct RawReply {
+  std::string type;
+  wire::Bytes payload;
+};
+
 /// Casts from the calling actor (ORD-1 holds with its direct sends). `done`
 /// gets the combined result once every member has an entry; in kStream,
 /// `onEntry` gets each entry first. kBroadcast calls neither.

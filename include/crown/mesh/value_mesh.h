@@ -40,13 +40,16 @@ std::exception_ptr errorOf(const CastEntry& entry);
 std::string describe(const std::exception_ptr& error);
 
 /// A cast entry as a reply of type R: its value, or its error (also when
-/// the reply is of another type than R, which `adverb<R>()` names).
+/// the reply is of another type than R, which `adverb<R>()` names; a
+/// RawReply takes a reply of any type, undecoded).
 template <class R>
 void decodeEntry(const CastEntry& entry, std::optional<crown::detail::Stored<R>>& value,
                  std::exception_ptr& error, const char* adverb) {
   using Value = crown::detail::Stored<R>;
   if (!entry.ok) {
     error = errorOf(entry);
+  } else if constexpr (std::is_same_v<Value, RawReply>) {
+    value.emplace(RawReply{entry.type, entry.payload});  // of whatever type: undecoded
   } else if (entry.type != wire::messageName<Value>()) {
     error = std::make_exception_ptr(ProtocolError(
         "reply of type " + entry.type + " where " + wire::messageName<Value>() +

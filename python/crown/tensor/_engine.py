@@ -203,8 +203,8 @@ def rref(shape, actor_local: int, name: str, args, kwargs, entries) -> Tensor:
     backend = mesh.backend
     ref = backend.new_ref()
     mesh.flush()  # the engines run (and register) before the actors store into them
-    payload = _pickle.dumps((("__crown_rref__", name, backend.engine_local, ref), args, kwargs))
-    replies = entries(_crown.cast_call(shape, actor_local, payload).get(None))
+    parts = _pickle.dumps_parts((("__crown_rref__", name, backend.engine_local, ref), args, kwargs))
+    replies = entries(_crown.cast_call(shape, actor_local, *parts).get(None))
     metas = set()
     for rank, meta, error in replies:
         if error is not None:
