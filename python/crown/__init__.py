@@ -28,7 +28,8 @@ import signal
 import sys
 import traceback
 
-from . import _crown, _exit_codes, _pdb, _placement, _runtime, _stacks
+from . import _context, _crown, _exit_codes, _pdb, _placement, _stacks
+from . import _runtime  # noqa: F401 - wraps Thread.start before user code runs (issue 44)
 from .actor import ProcMesh
 from . import _logs
 
@@ -56,8 +57,8 @@ def init(argv=None) -> "Controller":
         _stacks.install()  # procs.stacks() reaches this rank's Python threads from here on
         _logs.install(rank)  # a worker's output reaches the controller's terminal
         _pdb.install()  # breakpoint() in an endpoint is served to `crown debug`
-        _runtime.tracing = _crown.tracing()
-        _runtime.front_end_ready.set()  # actors may be built here from now on
+        _context.tracing = _crown.tracing()
+        _context.front_end_ready.set()  # actors may be built here from now on
         if rank != 0:
             _exit(_crown.serve())
     return Controller()
@@ -103,7 +104,7 @@ def shutdown(code: int = 0) -> int:
     """Ends the job from the controller: every worker exits with code, which
     is 1 at least after a fault that nothing handled
     (crown.actor.unhandled_fault_hook); returns the code."""
-    if _runtime.served:
+    if _context.served:
         raise RuntimeError("this job is served (crownrun --serve): its mesh outlives the "
                            "scripts run in it; `crown stop` ends it")
     if _crown.unhandled_faults() and code == 0:
@@ -125,7 +126,7 @@ def run(main, *args, controller: str = "shared", **kwargs) -> None:
     In a served job (``crown console --run``) it just runs main, and
     returns or raises."""
     _placement.choose(controller)  # ValueError on every rank alike, before bootstrap
-    if _runtime.served:
+    if _context.served:
         main(*args, **kwargs)  # a script in a served job (crown console --run): the job lives on
         return
     init()

@@ -39,7 +39,7 @@ import threading
 import traceback
 from typing import Callable, Optional
 
-from . import _crown, _exit_codes, _handshake, _logs, _placement, _runtime, _supervision
+from . import _context, _crown, _exit_codes, _handshake, _logs, _placement, _supervision
 from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
 
 _HANDSHAKE_TIMEOUT_S = 5.0
@@ -421,8 +421,8 @@ def serve() -> None:
     print(f"crown: serving {_crown.size()} ranks (controller pid {os.getpid()}): "
           f"`crown console` attaches, `crown console --run script.py` runs a script here, "
           f"`crown stop` ends the job", file=sys.stderr, flush=True)
-    _runtime.served = True  # scripts' crown.run and crown.shutdown, from here on
+    _context.served = True  # scripts' crown.run and crown.shutdown, from here on
     try:
         server.serve_forever()
     finally:
-        _runtime.served = False  # crown.run(serve) ends the job now
+        _context.served = False  # crown.run(serve) ends the job now

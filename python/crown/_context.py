@@ -4,7 +4,9 @@ current_instance() is the actor instance whose endpoint (or __init__) runs
 on this thread, here() the (rank, Shape) of its mesh member, also on an
 actor's loop thread, and current_actor() the (rank, local id) this thread
 acts for. _runtime sets them as it dispatches; _endpoints, _pdb and the
-layers above read them without importing the dispatcher.
+layers above read them without importing the dispatcher. The process's
+flags live here too: whether the front end is in place, tracing, and
+whether this job is served.
 """
 
 import threading
@@ -12,6 +14,15 @@ import threading
 from . import _crown
 
 _current = threading.local()  # the actor instance whose endpoint this thread runs
+
+# Set once init() has put this rank's front end in place (output
+# forwarding, stack dumps, breakpoint()): the proc serves as soon as its
+# runtime is up, and a spawn could otherwise run the user's code first (a
+# print that went past the forwarder, python.logs under load).
+front_end_ready = threading.Event()
+FRONT_END_WAIT_S = 30.0
+tracing = False  # CROWN_TRACE: set by crown.init, once this rank knows
+served = False  # this job is crownrun --serve's: crown.run(main) runs main inside it (_console.py)
 
 
 def current_instance():

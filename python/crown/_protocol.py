@@ -1,26 +1,26 @@
 """The wire protocol between callers and the actors' dispatcher.
 
-An outcome is a tag byte (VALUE, RAISED, FATAL: PyActor's constants in
-python/src/py_actor.h) and then the pickled value or the error
-(raised_body). STOP, FENCE and DIE name the runtime's own messages to an
-actor, and reducer_key() carries an Accumulator's combine function to every
-hop of a cast ("py:<base64 pickle>", resolved by _runtime.combine through
-python/src/bind_reduce.cpp).
+An outcome is a tag byte (VALUE, RAISED, FATAL: defined once, in
+python/src/py_actor.h, and read from the extension) and then the pickled
+value or the error (raised_body). STOP, FENCE and DIE name the runtime's
+own messages to an actor, and reducer_key() carries an Accumulator's
+combine function to every hop of a cast ("py:<base64 pickle>", the prefix
+python/src/bind_reduce.cpp registers, resolved by _runtime.combine).
 """
 
 import base64
 import traceback
 
-from . import _pickle
+from . import _crown, _pickle
 
-VALUE = b"\x00"
-RAISED = b"\x01"
-FATAL = b"\x02"
+VALUE = _crown.OUTCOME_VALUE
+RAISED = _crown.OUTCOME_RAISED
+FATAL = _crown.OUTCOME_FATAL
 STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
 FENCE = "__crown_fence__"  # answered once the actor has handled what came before (ORD-1)
 DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
 
-REDUCER_PREFIX = "py:"
+REDUCER_PREFIX = _crown.REDUCER_PREFIX
 
 
 def message_of(error: BaseException) -> str:

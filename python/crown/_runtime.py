@@ -39,7 +39,7 @@ import threading
 import traceback
 from typing import Optional
 
-from . import _crown, _pdb, _pickle, _supervision
+from . import _context, _crown, _pdb, _pickle, _supervision
 from ._context import _current, current_actor, current_instance
 from ._endpoints import endpoint
 from ._protocol import (DIE, FATAL, FENCE, RAISED, REDUCER_PREFIX, STOP, VALUE,
@@ -79,18 +79,8 @@ class ConstructionError(Exception):
     """An actor's class could not be built here; str() is the Python traceback."""
 
 
-# Set once init() has put this rank's front end in place (output
-# forwarding, stack dumps, breakpoint()): the proc serves as soon as its
-# runtime is up, and a spawn could otherwise run the user's code first (a
-# print that went past the forwarder, python.logs under load).
-front_end_ready = threading.Event()
-tracing = False  # CROWN_TRACE: set by crown.init, once this rank knows
-served = False  # this job is crownrun --serve's: crown.run(main) runs main inside it (_console.py)
-FRONT_END_WAIT_S = 30.0
-
-
 def construct(payload: bytes):
-    front_end_ready.wait(FRONT_END_WAIT_S)  # an actor's first code on this rank
+    _context.front_end_ready.wait(_context.FRONT_END_WAIT_S)  # an actor's first code on this rank
     _current.instance = None
     try:
         cls, args, kwargs = _pickle.loads(payload)
@@ -345,7 +335,7 @@ def _run(instance, payload, report):
             return FATAL + args[0].encode("utf-8", "backslashreplace")
         else:
             ep = _endpoint_of(type(instance), name)
-            if tracing:  # the handler's span reads "actor endpoint", not the pickled call's type
+            if _context.tracing:  # the handler's span reads "actor endpoint", not the pickled call's type
                 _crown.trace_endpoint(name)
             if ep.concurrent is not None:
                 result = _actor_loop(instance).start(instance, ep, args, kwargs)

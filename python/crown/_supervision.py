@@ -14,10 +14,10 @@ controller through member_failed() here, whose
 Python side: MeshFailure, the classes of the meshes spawned here, and stop
 by owner. The
 default hook ends the job non-zero (Monarch's default): a hook that raises
-leaves the fault unhandled, and _crown.fault_unhandled ends the job
-(supervision/job_end.h: the report is printed, main's crown waits raise
-UnhandledFault and main gets a SIGINT, and the job exits 1 within
-CROWN_FAULT_GRACE_MS whatever main does next).
+leaves the fault unhandled, member_failed says so to the supervision
+module, and the module ends the job (supervision/job_end.h: the report is
+printed, main's crown waits raise UnhandledFault and main gets a SIGINT,
+and the job exits 1 within CROWN_FAULT_GRACE_MS whatever main does next).
 """
 
 from __future__ import annotations
@@ -139,22 +139,21 @@ def failure(mesh: int, rank: int, host: str, name: str, cause: str) -> MeshFailu
     return MeshFailure(_mesh(mesh, name=name), name, rank, host, cause)
 
 
-def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> None:
-    """From the supervision agent of this rank (python/src/bind_runtime.cpp),
+def member_failed(mesh: int, rank: int, host: str, name: str, cause: str) -> bool:
+    """From the supervision module of this rank (python/src/bind_runtime.cpp),
     one report at a time: a member of a mesh the controller owns died (the
     module routes the reports of actors' meshes to those actors, dedupes,
-    and fans a lost process out over the meshes it held). A mesh that is
-    no Python actor mesh (a tensor engine's, spawned from C++) is its own
-    layer's to report: its operations fail with the member (docs/tensors.md),
-    as they did before the owner table moved into C++."""
+    and fans a lost process out over the meshes it held). Runs the hook and
+    says whether the fault was handled: False when the hook raised
+    (sys.exit included), and then the module ends the job. A mesh that is no
+    Python actor mesh (a tensor engine's, spawned from C++) is its own
+    layer's to report: its operations fail with the member (docs/tensors.md);
+    True, nothing to do here."""
     with _lock:
         if mesh not in _registered:
-            return
-    _fault_on_controller(failure(mesh, rank, host, name, cause))
-
-
-def _fault_on_controller(failure) -> None:
+            return True
     try:
-        _actor_shim.unhandled_fault_hook(failure)
+        _actor_shim.unhandled_fault_hook(failure(mesh, rank, host, name, cause))
     except BaseException:  # noqa: BLE001 - sys.exit included: the fault is unhandled
-        _crown.fault_unhandled(failure.report())  # prints it; the first ends the job
+        return False
+    return True

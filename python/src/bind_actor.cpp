@@ -194,6 +194,10 @@ ActorMesh<PyActor> meshOf(const mesh::Shape& shape, std::uint64_t local) {
 }  // namespace
 
 void bindActor(py::module_& m) {
+  // The outcome tags, defined once (py_actor.h): crown._protocol reads them here.
+  m.attr("OUTCOME_VALUE") = py::bytes(&kValueTag, 1);
+  m.attr("OUTCOME_RAISED") = py::bytes(&kRaisedTag, 1);
+  m.attr("OUTCOME_FATAL") = py::bytes(&kFatalTag, 1);
   py::class_<RequestFuture>(m, "RequestFuture")
       .def("get", &RequestFuture::get, py::arg("timeout") = py::none())
       .def("done", &RequestFuture::done);

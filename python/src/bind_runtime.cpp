@@ -62,27 +62,28 @@ void toFaultHook(const LostMessages& lost) {
   }
 }
 
-// On the supervision agent's pool thread, as toFaultHook.
-void toSupervision(const supervision::MemberFailure& failure) {
-  if (!Py_IsInitialized() || finalizing()) return;
+// On the supervision agent's pool thread, as toFaultHook: the controller's
+// hook for the supervision module, which ends the job at its kUnhandled.
+supervision::HookVerdict toSupervision(const supervision::MemberFailure& failure,
+                                       const std::function<bool()>& begin) {
+  using supervision::HookVerdict;
+  if (!Py_IsInitialized() || finalizing()) return HookVerdict::kHandled;  // nobody left to hear
   // Once the job ends, ranks leave without a word (after a loss, without
   // the shutdown barrier): nothing they take with them is a failure now.
-  if (Runtime::current().shuttingDown()) return;
-  // On the controller, a hook that cannot get the GIL in time (main holds
-  // it in C code) leaves its fault unhandled (supervision/job_end.h).
+  if (Runtime::current().shuttingDown()) return HookVerdict::kHandled;
   // (A lost process comes here already fanned out over the meshes it held.)
-  supervision::HookWatch watch("actor mesh '" + failure.actor + "': the member on rank " +
-                               std::to_string(failure.rank) + " (" + failure.host +
-                               ") died: " + failure.cause);
-  Gil gil;
-  if (!watch.start()) return;  // too late: the job is ending already
+  Gil gil;  // main may hold it in C code: begin() says whether it came in time
+  if (!begin()) return HookVerdict::kLate;
   try {
-    auto supervision = py::module_::import("crown._supervision");
-    supervision.attr("member_failed")(failure.mesh, failure.rank, failure.host, failure.actor,
-                                      failure.cause);
-  } catch (py::error_already_set& e) {
+    bool handled = py::module_::import("crown._supervision")
+                       .attr("member_failed")(failure.mesh, failure.rank, failure.host,
+                                              failure.actor, failure.cause)
+                       .cast<bool>();
+    return handled ? HookVerdict::kHandled : HookVerdict::kUnhandled;
+  } catch (py::error_already_set& e) {  // crown's own glue failed: nobody handled it
     log::get().error("a failure of mesh '{}' (rank {}) could not be supervised: {}",
                      failure.actor, failure.rank, e.what());
+    return HookVerdict::kUnhandled;
   }
 }
 
@@ -144,13 +145,6 @@ void bindRuntime(py::module_& m) {
       "shutdown", [](int code) { finishController(Runtime::current(), code); },
       py::call_guard<py::gil_scoped_release>(),
       "The controller tells every worker to exit with code, and finishes.");
-  m.def(
-      "fault_unhandled", [](const std::string& report) { supervision::faultUnhandled(report); },
-      py::call_guard<py::gil_scoped_release>(),
-      "The controller's fault hook left this fault unhandled: the report is printed, and at the "
-      "first the job ends (supervision/job_end.h): the program's crown waits raise "
-      "UnhandledFault, its main thread gets a SIGINT, and past CROWN_FAULT_GRACE_MS the job "
-      "ends with code 1 without it.");
   m.def("unhandled_faults", &supervision::unhandledFaults,
         "The reports of the faults left unhandled on this rank, in order.");
   m.def("owns_mpi", [] { return Runtime::current().ownsMpi(); });

@@ -21,7 +21,8 @@
 
 namespace crown::python {
 
-/// The outcome tags of crown._runtime (VALUE, RAISED, FATAL).
+/// The outcome tags, defined here only: _crown.OUTCOME_VALUE, _RAISED and
+/// _FATAL, which crown._protocol names VALUE, RAISED and FATAL.
 constexpr char kValueTag = '\x00';
 constexpr char kRaisedTag = '\x01';
 constexpr char kFatalTag = '\x02';

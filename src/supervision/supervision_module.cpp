@@ -20,6 +20,7 @@
 #include "crown/actor/module.h"
 #include "crown/common/log.h"
 #include "crown/mesh/module.h"
+#include "crown/supervision/job_end.h"
 
 namespace crown::supervision {
 namespace {
@@ -94,7 +95,7 @@ class SupervisionModule : public Proc::Module {
     }
   }
 
-  void setHook(std::function<void(const MemberFailure&)> hook) {
+  void setHook(FailureHook hook) {
     std::lock_guard lock(mutex_);
     hook_ = std::move(hook);
   }
@@ -198,7 +199,7 @@ class SupervisionModule : public Proc::Module {
   // One report of one member: to its owning actor, or the controller's hook.
   void route(const MemberFailure& report) {
     std::optional<ActorId> owner;
-    std::function<void(const MemberFailure&)> hook;
+    FailureHook hook;
     {
       std::lock_guard lock(mutex_);
       // It died, and then its process went too: one failure.
@@ -223,7 +224,13 @@ class SupervisionModule : public Proc::Module {
                        report.rank, report.actor, report.cause);
       return;
     }
-    hook(report);
+    // The hook decides in its own time; a hook that cannot begin within the
+    // grace (Python's, while main holds the GIL in C code) is counted
+    // unhandled by the watch.
+    std::string described = describe(report);
+    HookWatch watch(described);
+    if (hook(report, [&watch] { return watch.start(); }) == HookVerdict::kUnhandled)
+      faultUnhandled(described);
   }
 
   // In the owner's turn, one-way: an actor that does not handle it dies of
@@ -240,7 +247,7 @@ class SupervisionModule : public Proc::Module {
   Proc* proc_ = nullptr;
   std::uint64_t agent_ = 0;
   std::mutex mutex_;
-  std::function<void(const MemberFailure&)> hook_;
+  FailureHook hook_;
   std::unordered_map<std::uint64_t, Entry> owners_;             // mesh -> its owner
   std::set<std::pair<std::uint64_t, Rank>> reported_;           // (mesh, rank) told once
   std::unordered_set<std::uint64_t> hosted_;                    // user actors hosted here
@@ -265,7 +272,12 @@ Rank ownerRank(std::uint64_t mesh) {
   return static_cast<Rank>((mesh & ~mesh::kMeshLocalBit) >> 32);  // mesh_module.cpp's layout
 }
 
-void setFailureHook(Proc& proc, std::function<void(const MemberFailure&)> hook) {
+std::string describe(const MemberFailure& failure) {
+  return "actor mesh '" + failure.actor + "': the member on rank " +
+         std::to_string(failure.rank) + " (" + failure.host + ") died: " + failure.cause;
+}
+
+void setFailureHook(Proc& proc, FailureHook hook) {
   moduleOf(proc).setHook(std::move(hook));
 }
 

@@ -14,7 +14,9 @@
 // hears), and a report for an owner still in its constructor waits until it
 // is hosted (or goes with the owner's own death when the constructor fails);
 // the controller's reports go to the hook set on its rank (Python's
-// unhandled_fault_hook). Without a hook they are logged. A process that is
+// unhandled_fault_hook), which says whether it handled each; one it did not
+// handle ends the job (job_end.h), as does a hook that could not begin
+// within the grace (HookWatch). Without a hook they are logged. A process that is
 // lost takes its members of every mesh with it: each rank's agent hears that
 // once (mesh kEveryMesh) and tells the owner of each mesh spawned there with
 // a live member on it. Thread-safe.
@@ -59,6 +61,23 @@ struct Supervise {
   }
 };
 
+/// "actor mesh 'NAME': the member on rank R (HOST) died: CAUSE": the
+/// report printed for a failure nothing handled.
+std::string describe(const MemberFailure& failure);
+
+/// What the controller's hook made of one report.
+enum class HookVerdict {
+  kHandled,    ///< the hook returned (or the report is not its to hear): the job goes on
+  kUnhandled,  ///< the hook raised: the job ends (job_end.h)
+  kLate,       ///< it could not begin within the grace: already counted unhandled
+};
+
+/// The controller's hook. It calls `begin()` as its own code starts, after
+/// waiting for what it needs (Python's GIL): false means too late, and then
+/// it returns kLate without running (supervision::HookWatch).
+using FailureHook =
+    std::function<HookVerdict(const MemberFailure&, const std::function<bool()>& begin)>;
+
 /// A mesh spawned from this proc, and who owns it.
 struct OwnedMesh {
   std::uint64_t mesh = 0;
@@ -77,8 +96,10 @@ Rank ownerRank(std::uint64_t mesh);
 /// Reports for the controller (meshes it owns, and meshes no longer known:
 /// stopped whole, or spawned by crown itself), on the rank that spawned
 /// them, go to `hook` on the supervision agent's pool thread, in arrival
-/// order, once per member. Empty: only logged. Replaces the hook set before.
-void setFailureHook(Proc& proc, std::function<void(const MemberFailure&)> hook);
+/// order, once per member; a kUnhandled verdict ends the job
+/// (faultUnhandled with describe()). Empty: only logged. Replaces the hook
+/// set before.
+void setFailureHook(Proc& proc, FailureHook hook);
 
 /// Who owns mesh `mesh`, spawned from `proc`; nullopt once forgotten (every
 /// member stopped) or never recorded.

@@ -16,7 +16,7 @@ from typing import Dict, List
 import numpy
 import torch
 
-from .. import _crown, _runtime
+from .. import _context, _crown
 from . import _native
 from ._execute import Context, execute
 
@@ -32,7 +32,7 @@ def prepare(rank: int) -> None:
     """Before this process's first torch op: torch's generator seeded for its rank."""
     global _seeded
     if not _seeded:
-        _runtime.front_end_ready.wait(_runtime.FRONT_END_WAIT_S)  # the first user code here
+        _context.front_end_ready.wait(_context.FRONT_END_WAIT_S)  # the first user code here
         torch.manual_seed(int(os.environ.get("CROWN_TENSOR_SEED", "0")) + rank)
         _seeded = True
 

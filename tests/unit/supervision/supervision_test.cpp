@@ -13,6 +13,7 @@
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
 #include "crown/mesh/sim.h"
+#include "crown/supervision/job_end.h"
 #include "crown/supervision/module.h"
 
 namespace crown {
@@ -50,6 +51,13 @@ class Reports {
     std::lock_guard lock(mutex_);
     seen_.clear();
   }
+  /// A controller's hook that records each report and handles it.
+  supervision::FailureHook hook() {
+    return [this](const supervision::MemberFailure& failure, const auto&) {
+      add(failure);
+      return supervision::HookVerdict::kHandled;
+    };
+  }
   std::vector<supervision::MemberFailure> waitFor(std::size_t count,
                                                   std::chrono::milliseconds bound = 10s) {
     std::unique_lock lock(mutex_);
@@ -66,9 +74,9 @@ class Reports {
 TEST(Supervision, ADeadMemberIsReportedToTheSpawnersRankOnce) {
   mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
   Reports owner, others;
-  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { owner.add(f); });
+  supervision::setFailureHook(sim.proc(0), owner.hook());
   for (Rank r = 1; r < 8; ++r)
-    supervision::setFailureHook(sim.proc(r), [&](const auto& f) { others.add(f); });
+    supervision::setFailureHook(sim.proc(r), others.hook());
   auto fragile = sim.world().spawn<Fragile>("fragile");
   EXPECT_EQ(supervision::ownerRank(fragile.localId()), 0u);
   fragile.broadcast(Poke{5});
@@ -128,11 +136,41 @@ class InitOwner : public Actor {
   }
 };
 
+TEST(Supervision, AFaultTheControllersHookLeavesUnhandledIsRecordedOnceWithItsReport) {
+  mesh::SimulatedWorld sim(4, {}, {supervision::supervisionModule()});
+  Reports heard;
+  bool begun = false;
+  supervision::setFailureHook(sim.proc(0), [&](const supervision::MemberFailure& failure,
+                                               const std::function<bool()>& begin) {
+    begun = begin();  // no job ender in a simulation: nothing to be late for
+    heard.add(failure);
+    return supervision::HookVerdict::kUnhandled;
+  });
+  std::size_t before = supervision::unhandledFaults().size();
+  auto fragile = sim.world().spawn<Fragile>("unhandled");
+  fragile.broadcast(Poke{2});
+  auto seen = heard.waitFor(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(begun);
+  // The module records it after the hook returns: wait for that.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (supervision::unhandledFaults().size() == before &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  auto faults = supervision::unhandledFaults();
+  ASSERT_EQ(faults.size(), before + 1);
+  EXPECT_EQ(faults.back(), supervision::describe(seen[0]));
+  EXPECT_NE(faults.back().find("actor mesh 'unhandled': the member on rank 2 (sim) died: "),
+            std::string::npos)
+      << faults.back();
+  EXPECT_NE(faults.back().find("member 2 broke"), std::string::npos) << faults.back();
+}
+
 TEST(Supervision, AMeshSpawnedInAConstructorIsOwnedByThatMemberWhichHearsInItsTurn) {
   g_heard.clear();
   mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
   Reports controller;
-  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  supervision::setFailureHook(sim.proc(0), controller.hook());
   auto owner = sim.world().slice({{"procs", 2}}).spawn<InitOwner<true>>("owner", 0);
   // The constructor ran on proc 2, acting for the member: it owns the mesh.
   auto owned = supervision::ownedBy(sim.proc(2), ActorId{2, owner.localId()});
@@ -160,7 +198,7 @@ TEST(Supervision, AnOwnerWithoutASuperviseHandlerDiesAndItsOwnerHears) {
   g_heard.clear();
   mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
   Reports controller;
-  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  supervision::setFailureHook(sim.proc(0), controller.hook());
   auto owner = sim.world().slice({{"procs", 3}}).spawn<InitOwner<false>>("deaf-owner", 0);
   auto owned = supervision::ownedBy(sim.proc(3), ActorId{3, owner.localId()});
   ASSERT_EQ(owned.size(), 1u);
@@ -178,7 +216,7 @@ TEST(Supervision, ReportsForAnOwnerStillInItsConstructorWaitUntilItIsHosted) {
   g_heard.clear();
   mesh::SimulatedWorld sim(8, {}, {supervision::supervisionModule()});
   Reports controller;
-  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  supervision::setFailureHook(sim.proc(0), controller.hook());
   // Its children fail at birth while it lingers 300 ms in its constructor.
   auto owner =
       sim.world().slice({{"procs", 1}}).spawn<InitOwner<true, FailsAtBirth>>("slow-owner", 300);
@@ -194,7 +232,7 @@ TEST(Supervision, ReportsForAnOwnerStillInItsConstructorWaitUntilItIsHosted) {
 TEST(Supervision, ALostProcIsReportedOncePerMeshWithAMemberOnIt) {
   mesh::SimulatedWorld sim(4, {}, {supervision::supervisionModule()});
   Reports controller;
-  supervision::setFailureHook(sim.proc(0), [&](const auto& f) { controller.add(f); });
+  supervision::setFailureHook(sim.proc(0), controller.hook());
   auto all = sim.world().spawn<Fragile>("all");
   auto some = sim.world().slice({{"procs", mesh::Range{0, 2}}}).spawn<Fragile>("some");
   (void)some;
