@@ -56,7 +56,9 @@ py::tuple describeItem(const PortItem& item) {
 class PyPort {
  public:
   PyPort(PortRef ref, bool hold) : ref_(ref) {
-    if (hold) handle_ = Proc::current().holdPort(ref_);
+    if (!hold) return;
+    handle_ = Proc::current().holdPort(ref_);
+    ref_ = handle_.ref();  // handed on from here, it announces (port.h)
   }
   const PortRef& ref() const { return ref_; }
   void send(wire::Payload payload) {
@@ -69,8 +71,9 @@ class PyPort {
   PortHandle handle_;
 };
 
-PortRef refOf(std::size_t rank, std::uint64_t local, std::uint64_t id, const std::string& mode) {
-  return PortRef{ActorId{static_cast<Rank>(rank), local}, id, modeOf(mode)};
+PortRef refOf(std::size_t rank, std::uint64_t local, std::uint64_t id, const std::string& mode,
+              bool announce) {
+  return PortRef{ActorId{static_cast<Rank>(rank), local}, id, modeOf(mode), announce};
 }
 
 }  // namespace
@@ -94,20 +97,15 @@ void bindPort(py::module_& m) {
       .def(py::pickle(
           [](const PyPort& p) {
             const PortRef& ref = p.ref();
-            return py::make_tuple(ref.owner.rank, ref.owner.local, ref.id, nameOf(ref.mode));
+            return py::make_tuple(ref.owner.rank, ref.owner.local, ref.id, nameOf(ref.mode),
+                                  ref.announce);
           },
           [](const py::tuple& t) {  // unpickled here: held by the running actor
             return std::make_shared<PyPort>(
                 refOf(t[0].cast<std::size_t>(), t[1].cast<std::uint64_t>(),
-                      t[2].cast<std::uint64_t>(), t[3].cast<std::string>()),
+                      t[2].cast<std::uint64_t>(), t[3].cast<std::string>(), t[4].cast<bool>()),
                 true);
           }));
-  m.def(
-      "hold_port",
-      [](std::size_t rank, std::uint64_t local, std::uint64_t id, const std::string& mode) {
-        return std::make_shared<PyPort>(refOf(rank, local, id, mode), true);
-      },
-      "A port unpickled here: held by the running actor (else this process).");
 
   py::class_<PortReceiver>(m, "PortReceiver", "The owner's end of a native port.")
       .def(

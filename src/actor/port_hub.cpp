@@ -41,8 +41,25 @@ PortState::PortState(PortRef ref, std::vector<Rank> watched, std::shared_ptr<Por
   if (ref_.mode == PortMode::kPerMember && watched_.empty()) complete_ = true;
 }
 
-bool PortState::watches(Rank rank) const {  // watched_ never changes: no lock
-  return std::binary_search(watched_.begin(), watched_.end(), rank);
+bool PortState::watches(Rank rank) {
+  if (std::binary_search(watched_.begin(), watched_.end(), rank)) return true;  // fixed: no lock
+  std::lock_guard lock(mutex_);
+  return std::find(holders_.begin(), holders_.end(), rank) != holders_.end();
+}
+
+void PortState::watchHolder(Rank rank, bool watch) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find(holders_.begin(), holders_.end(), rank);
+  if (watch && it == holders_.end() && !closed_ && !complete_) holders_.push_back(rank);
+  if (!watch && it != holders_.end()) holders_.erase(it);
+}
+
+void PortState::holderAbsent(Rank rank) {
+  {
+    std::lock_guard lock(mutex_);
+    if (std::find(holders_.begin(), holders_.end(), rank) == holders_.end()) holders_.push_back(rank);
+  }
+  lost(rank, hub_->absentError(rank));
 }
 
 bool PortState::settle(Rank from) {
@@ -114,11 +131,16 @@ void PortState::lost(Rank rank, const std::exception_ptr& error) {
     std::lock_guard lock(mutex_);
     if (closed_ || complete_) return;
     auto it = std::lower_bound(watched_.begin(), watched_.end(), rank);
-    if (it == watched_.end() || *it != rank) return;
-    auto index = static_cast<std::size_t>(it - watched_.begin());
-    if (settled_[index]) return;  // answered already, or reported lost once
-    settled_[index] = true;
-    --unsettled_;
+    if (it != watched_.end() && *it == rank) {
+      auto index = static_cast<std::size_t>(it - watched_.begin());
+      if (settled_[index]) return;  // answered already, or reported lost once
+      settled_[index] = true;
+      --unsettled_;
+    } else {  // a holder's rank: once, while it holds the port
+      auto holder = std::find(holders_.begin(), holders_.end(), rank);
+      if (holder == holders_.end()) return;
+      holders_.erase(holder);
+    }
     QueuedItem queued;
     queued.item.from = rank;
     queued.item.error = error;
@@ -245,7 +267,8 @@ PortHub::PortHub(Rank rank, RequestTable& table, FlowControl& flow, Router& rout
 
 PortReceiver PortHub::open(PortMode mode, std::vector<Rank> watched) {
   CROWN_CHECK(attached(), "a port opened on a Proc that is gone");
-  PortRef ref{senderId_(), table_.nextId(), mode};
+  // Watching no rank, it learns where its holders are from them (port.h).
+  PortRef ref{senderId_(), table_.nextId(), mode, /*announce=*/watched.empty()};
   auto state = std::make_shared<PortState>(ref, watched, shared_from_this());
   for (Rank absent : table_.addPort(state, watched)) state->lost(absent, absentError_(absent));
   return PortReceiver(std::move(state));
@@ -283,14 +306,30 @@ void PortHub::shutdown(const std::exception_ptr& error) {
 }
 
 PortHandle PortHub::hold(const PortRef& ref) {
-  std::lock_guard lock(holdsMutex_);
-  Slot& slot = holds_[Key{ref.owner, ref.id}];
-  if (auto held = slot.hold.lock()) return PortHandle(std::move(held));
-  slot.holder = senderId_().local;
-  auto held = std::make_shared<PortHold>(ref, slot.holder, kPortFlowBit | nextFlowKey_.fetch_add(1),
-                                         shared_from_this());
-  slot.hold = held;
+  std::shared_ptr<PortHold> held;
+  {
+    std::lock_guard lock(holdsMutex_);
+    Slot& slot = holds_[Key{ref.owner, ref.id}];
+    if (auto kept = slot.hold.lock()) return PortHandle(std::move(kept));
+    slot.holder = senderId_().local;
+    bool away = ref.owner.rank != rank_;
+    PortRef handedOn = ref;
+    handedOn.announce = handedOn.announce || away;  // whoever gets it from here announces
+    held = std::make_shared<PortHold>(handedOn, ref.announce && away, slot.holder,
+                                      kPortFlowBit | nextFlowKey_.fetch_add(1), shared_from_this());
+    slot.hold = held;
+  }
+  // Ahead of any value from this hold, on the same link (ORD-1).
+  if (held->announced()) sendWatch(*held, true);
   return PortHandle(std::move(held));
+}
+
+void PortHub::sendWatch(PortHold& hold, bool watch) {
+  try {
+    send(hold, MessageKind::kPortWatch, std::string(), wire::Bytes(1, watch ? '\1' : '\0'));
+  } catch (const std::exception& e) {
+    log::get().warn("could not tell {} where its holder is: {}", describe(hold.ref()), e.what());
+  }
 }
 
 void PortHub::send(PortHold& hold, MessageKind kind, std::string type, wire::Payload payload) {
@@ -318,13 +357,15 @@ void PortHub::released(PortHold& hold, bool dropNotice) {
     if (it != holds_.end() && it->second.hold.expired()) holds_.erase(it);
   }
   if (hold.ref().mode == PortMode::kStream) flow_.forgetActor({rank_, hold.flowKey()});
-  if (!dropNotice) return;
-  try {
-    send(hold, MessageKind::kPortDrop, kRemoteFailureType,
-         wire::toBytes(describeFailure(droppedError(rank_, hold.ref()), rank_)));
-  } catch (const std::exception& e) {
-    log::get().warn("could not tell {} its holder dropped it: {}", describe(hold.ref()), e.what());
+  if (dropNotice) {
+    try {
+      send(hold, MessageKind::kPortDrop, kRemoteFailureType,
+           wire::toBytes(describeFailure(droppedError(rank_, hold.ref()), rank_)));
+    } catch (const std::exception& e) {
+      log::get().warn("could not tell {} its holder dropped it: {}", describe(hold.ref()), e.what());
+    }
   }
+  if (hold.announced()) sendWatch(hold, false);  // after the drop notice: it is heard first
 }
 
 std::vector<std::shared_ptr<PortHold>> PortHub::holdsOf(std::uint64_t local) {

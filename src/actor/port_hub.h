@@ -45,12 +45,18 @@ class PortState {
  public:
   PortState(PortRef ref, std::vector<Rank> watched, std::shared_ptr<PortHub> hub);
   const PortRef& ref() const { return ref_; }
-  bool watches(Rank rank) const;
+  /// A watched rank, or a holder's announced (kPortWatch).
+  bool watches(Rank rank);
+  /// A holder on `rank` announced itself (watch) or let go (kPortWatch):
+  /// the RequestTable calls it under its lock, so a loss marked later finds it.
+  void watchHolder(Rank rank, bool watch);
 
   /// A port frame arrived (kPortValue, kPortError, kPortDrop).
   void deliver(wire::Envelope&& envelope, wire::Bytes&& payload);
-  /// Watched rank `rank` was lost: an error item from it, once.
+  /// Watched rank `rank`, or a holder's, was lost: an error item from it, once.
   void lost(Rank rank, const std::exception_ptr& error);
+  /// A holder announced itself from a rank already lost.
+  void holderAbsent(Rank rank);
   /// The owner went, or the proc shuts down: next() throws `error`.
   void fail(const std::exception_ptr& error);
   /// The receiver closes it: later items are dropped, those queued stay.
@@ -70,8 +76,9 @@ class PortState {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<QueuedItem> queue_;
-  std::vector<Rank> watched_;
+  std::vector<Rank> watched_;  // the members (kPerMember): fixed at open
   std::vector<bool> settled_;  // by watched_: answered (kPerMember) or reported lost
+  std::vector<Rank> holders_;  // ranks whose holders announced themselves, while they hold
   std::size_t unsettled_ = 0;
   bool complete_ = false;  // kOnce / kPerMember: every item it takes has come
   bool closed_ = false;    // closed by the receiver, or failed
@@ -81,10 +88,13 @@ class PortState {
 
 class PortHold {
  public:
-  PortHold(PortRef ref, std::uint64_t holder, std::uint64_t flowKey, std::shared_ptr<PortHub> hub)
-      : ref_(ref), holder_(holder), flowKey_(flowKey), hub_(std::move(hub)) {}
+  PortHold(PortRef ref, bool announced, std::uint64_t holder, std::uint64_t flowKey,
+           std::shared_ptr<PortHub> hub)
+      : ref_(ref), announced_(announced), holder_(holder), flowKey_(flowKey), hub_(std::move(hub)) {}
   ~PortHold();
   const PortRef& ref() const { return ref_; }
+  /// It told the owner to watch this rank (kPortWatch), and untells it as it goes.
+  bool announced() const { return announced_; }
   std::uint64_t holder() const { return holder_; }
   std::uint64_t flowKey() const { return flowKey_; }
   std::uint64_t nextSeq() { return ++seq_; }
@@ -96,6 +106,7 @@ class PortHold {
 
  private:
   PortRef ref_;
+  bool announced_;
   std::uint64_t holder_;
   std::uint64_t flowKey_;
   std::shared_ptr<PortHub> hub_;
@@ -112,6 +123,8 @@ class PortHub : public std::enable_shared_from_this<PortHub> {
   void detach() { attached_.store(false); }
   bool attached() const { return attached_.load(); }
   Rank rank() const { return rank_; }
+  /// The error of a rank lost or never present, as a watched rank's.
+  std::exception_ptr absentError(Rank rank) const { return absentError_(rank); }
 
   // --- owner side ---
   PortReceiver open(PortMode mode, std::vector<Rank> watched);
@@ -127,6 +140,8 @@ class PortHub : public std::enable_shared_from_this<PortHub> {
 
   // --- holder side ---
   PortHandle hold(const PortRef& ref);
+  /// kPortWatch to the owner: this rank holds the port (watch) or no longer does.
+  void sendWatch(PortHold& hold, bool watch);
   void send(PortHold& hold, wire::MessageKind kind, std::string type, wire::Payload payload);
   void released(PortHold& hold, bool dropNotice);
   /// The holds of actor `local`, taken before it is destroyed (its handles go with it).

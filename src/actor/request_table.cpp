@@ -117,10 +117,21 @@ void RequestTable::removePort(std::uint64_t id) {
 
 void RequestTable::toPort(wire::Envelope&& envelope, wire::Bytes&& payload) {
   std::shared_ptr<PortState> port;
+  bool holderAbsent = false;
   {
     std::lock_guard lock(mutex_);
     if (auto it = ports_.find(envelope.requestId); it != ports_.end()) port = it->second;
+    if (envelope.kind == wire::MessageKind::kPortWatch) {
+      if (!port || port->ref().owner != envelope.dest) return;  // ended: nothing to watch
+      Rank holder = envelope.sender.rank;
+      bool watch = !payload.empty() && payload[0] != 0;
+      holderAbsent = holder >= state_.size() || state_[holder] != State::kPresent;
+      // Under this lock, as the lost marks: a loss marked later finds it (portsWatching).
+      if (!holderAbsent) port->watchHolder(holder, watch);
+      if (!holderAbsent || !watch) return;
+    }
   }
+  if (holderAbsent) return port->holderAbsent(envelope.sender.rank);  // outside: it may end
   // Outside the table's lock: a port takes its own (lock order: table, port).
   if (port && port->ref().owner == envelope.dest) {
     port->deliver(std::move(envelope), std::move(payload));

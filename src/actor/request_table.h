@@ -58,6 +58,7 @@ class RequestTable {
   std::vector<Rank> addPort(std::shared_ptr<PortState> port, const std::vector<Rank>& watched);
   void removePort(std::uint64_t id);
   /// A port frame: to its open port, else to the orphan hook (FLO-1 credit).
+  /// A kPortWatch makes the port watch (or stop watching) the sender's rank.
   void toPort(wire::Envelope&& envelope, wire::Bytes&& payload);
   void setPortOrphan(std::function<void(const wire::Envelope&, std::size_t)> orphan) {
     orphan_ = std::move(orphan);

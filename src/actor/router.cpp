@@ -45,6 +45,7 @@ void Router::deliver(Envelope&& envelope, wire::Bytes&& payload, bool fromNetwor
     case MessageKind::kPortValue:  // to a port: an entry of the table (port.h)
     case MessageKind::kPortError:
     case MessageKind::kPortDrop:
+    case MessageKind::kPortWatch:
       requests_.toPort(std::move(envelope), std::move(payload));
       return;
     case MessageKind::kHeartbeat:  // consumed by the transport; never reach here

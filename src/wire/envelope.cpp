@@ -38,7 +38,7 @@ Envelope decodeEnvelope(const std::byte* in, std::size_t size) {
     throw ProtocolError("envelope of " + std::to_string(size) + " bytes is truncated");
   }
   auto kind = static_cast<std::uint8_t>(in[0]);
-  if (kind > static_cast<std::uint8_t>(MessageKind::kPortDrop)) {
+  if (kind > static_cast<std::uint8_t>(MessageKind::kPortWatch)) {
     throw ProtocolError("unknown message kind " + std::to_string(kind));
   }
   Envelope envelope;

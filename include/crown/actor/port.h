@@ -6,6 +6,15 @@
 // (a watched rank) is lost, or when a holder drops it without sending (its
 // last handle on that proc destroyed) or dies holding it.
 //
+// A holder's rank is watched too, while it holds the port, wherever the
+// port went: a port opened with no watched ranks, and any port forwarded
+// on by a holder (PortRef::announce), makes each new holder on another
+// rank announce itself to the owner first (a kPortWatch frame, ahead of its
+// values on the same link), and let go again when its hold goes. So a port
+// passed from actor to actor hears of the loss of the rank that holds it
+// now, as it hears of a watched rank's. A port opened with watched ranks
+// (a call's members) costs its direct holders no frame.
+//
 // Three sides, each thread-safe:
 //   PortRef       the picklable address: owner actor, port id, mode.
 //   PortReceiver  the owner's end (Proc::openPort): next() waits for an item.
@@ -55,11 +64,15 @@ struct PortRef {
   ActorId owner;             ///< the actor that opened it ({rank, 0}: no actor)
   std::uint64_t id = 0;      ///< its entry in the owner proc's request table
   PortMode mode = PortMode::kStream;
+  /// A holder on another rank than the owner's announces itself (above):
+  /// set by the owner when it watches no rank, and on every ref a holder
+  /// hands on (PortHandle::ref()).
+  bool announce = false;
 
   friend bool operator==(const PortRef&, const PortRef&) = default;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& owner& id& mode;
+    archive& owner& id& mode& announce;
   }
 };
 
@@ -113,6 +126,7 @@ class PortHandle {
   PortHandle() = default;
   explicit PortHandle(std::shared_ptr<detail::PortHold> hold) : hold_(std::move(hold)) {}
 
+  /// The port's address, to hand on (announce set when held away from its owner).
   const PortRef& ref() const;
   /// Sends a value (a stream port's sender may wait for room first: FLO-1).
   /// Dropped when the port is closed; throws MessageTooLarge over the frame limit.

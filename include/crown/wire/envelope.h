@@ -41,6 +41,9 @@ enum class MessageKind : std::uint8_t {
   kPortValue = 6,  ///< a value sent to a port
   kPortError = 7,  ///< an error in place of a value: payload is a RemoteFailure
   kPortDrop = 8,   ///< the holder dropped the port or died: payload is a RemoteFailure
+  /// A holder on the sender's rank took (payload 1) or let go of (0) a port
+  /// its owner does not watch that rank for: the owner watches it meanwhile.
+  kPortWatch = 9,
 };
 
 /// The far side refused a frame from this side and closes the link: the

@@ -52,6 +52,14 @@ struct Open {
   template <class Archive>
   void serialize(Archive&, unsigned) {}
 };
+struct Forward {  // holds the port, hands it on to `to` to keep, keeps holding it
+  PortRef port;
+  ActorId to;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& port& to;
+  }
+};
 
 // The receiver an Owner opened, for the test's thread to wait on.
 std::shared_ptr<PortReceiver> g_opened;
@@ -68,6 +76,10 @@ class Holder : public Actor {
     });
     handle<Ignore>([](const Ignore& ignore) { Proc::current().holdPort(ignore.port); });
     handle<Keep>([this](const Keep& keep) { kept_ = Proc::current().holdPort(keep.port); });
+    handle<Forward>([this](const Forward& forward) {
+      kept_ = Proc::current().holdPort(forward.port);
+      Proc::current().request<void>(forward.to, Keep{kept_.ref()}).get(std::chrono::seconds(5));
+    });
     handle<Open>([](const Open&) {
       g_opened = std::make_shared<PortReceiver>(Proc::current().openPort(PortMode::kStream));
       return g_opened->ref();
@@ -291,6 +303,50 @@ TEST_F(PortTest, AHolderThatStopsHoldingAPortTellsItsOwner) {
   ASSERT_TRUE(item.has_value());
   EXPECT_TRUE(item->dropped);
   EXPECT_TRUE(errorIs<ActorStopped>(*item));
+}
+
+// A port that watches no rank watches its holders' (kPortWatch): the loss
+// of the rank that holds it fails its waiter at once, as a watched rank's.
+TEST_F(PortTest, TheLossOfARankHoldingAnUnwatchedPortIsHeardAtOnce) {
+  boot(3);
+  PortReceiver stream = controller().openPort(PortMode::kStream);
+  holders_[2].call<void>(Keep{stream.ref()}).get(5s);
+  EXPECT_THROW(stream.next(100ms), Timeout);  // kept: nothing yet
+  auto cut = Clock::now();
+  transport::disconnect(*hub_, 2);
+  auto item = stream.next(2s);
+  EXPECT_LT(Clock::now() - cut, 500ms);
+  ASSERT_TRUE(item.has_value());
+  EXPECT_EQ(item->from, 2u);
+  EXPECT_TRUE(errorIs<ProcessLost>(*item));
+}
+
+// A member that hands its reply port on to a third rank: that rank's loss
+// is heard too, though the port watched only the member.
+TEST_F(PortTest, APortHandedOnToAThirdRankHearsThatRanksLoss) {
+  boot(4);
+  PortReceiver members = controller().openPort(PortMode::kPerMember, {1});
+  holders_[1].call<void>(Forward{members.ref(), holders_[3].id()}).get(5s);
+  EXPECT_THROW(members.next(100ms), Timeout);  // both hold it: nothing yet
+  auto cut = Clock::now();
+  transport::disconnect(*hub_, 3);
+  auto item = members.next(2s);
+  EXPECT_LT(Clock::now() - cut, 500ms);
+  ASSERT_TRUE(item.has_value());
+  EXPECT_EQ(item->from, 3u);
+  EXPECT_TRUE(errorIs<ProcessLost>(*item));
+}
+
+// A holder that let go is not watched any more: its rank's loss is not the port's.
+TEST_F(PortTest, ARankThatLetGoOfAPortIsNotWatched) {
+  boot(3);
+  PortReceiver stream = controller().openPort(PortMode::kStream);
+  holders_[2].call<void>(Pour{stream.ref(), 2}).get(5s);  // held for the handler only
+  EXPECT_EQ(valueOf(*stream.next(1s)), 0);
+  EXPECT_EQ(valueOf(*stream.next(1s)), 1);
+  holders_[1].call<void>(Pour{stream.ref(), 0}).get(5s);  // the link to rank 2 has carried the
+  transport::disconnect(*hub_, 2);                        // let-go before this: FIFO per link
+  EXPECT_THROW(stream.next(300ms), Timeout);
 }
 
 // Values to a closed port are dropped; shutdown fails the ports left open.

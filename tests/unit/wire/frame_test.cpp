@@ -44,7 +44,7 @@ TEST(Envelope, UnknownKindIsRejected) {
   Envelope in = sampleEnvelope();
   std::vector<std::byte> bytes(encodedSize(in));
   encodeEnvelope(in, bytes.data());
-  bytes[0] = std::byte{9};
+  bytes[0] = std::byte{static_cast<std::uint8_t>(MessageKind::kPortWatch) + 1};  // past the last kind
   EXPECT_THROW(decodeEnvelope(bytes.data(), bytes.size()), ProtocolError);
 }
 
