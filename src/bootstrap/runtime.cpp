@@ -14,6 +14,7 @@
 #include "bootstrap/departure.h"
 #include "bootstrap/job_ender.h"
 #include "bootstrap/lifecycle.h"
+#include "bootstrap/malloc_policy.h"
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
 #include "bootstrap/respawn.h"
@@ -314,6 +315,7 @@ void Runtime::failBootstrap(Runtime& self, const std::string& why) {
 Runtime& Runtime::init(int* argc, char*** argv) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
   raiseOpenFileLimit();
+  detail::keepMallocMemory();  // before crown's threads start: they share the one arena
   static Runtime self;
   Topology& topo = self.topology_;
   self.pool_ = std::make_shared<transport::IoPool>();

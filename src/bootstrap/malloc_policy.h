@@ -1,0 +1,43 @@
+// Memory that stays (issue 45; docs/tensors.md, "Memory"). Under plain
+// mpirun or srun every rank runs glibc's malloc, which maps each large
+// block afresh and unmaps it when freed: a 64 MiB allreduce result (and
+// MPI's own temporaries) then costs a zero-filled page fault per 4 KiB,
+// every step, about halving crown's speed. At bootstrap, on a process whose
+// malloc is glibc's, crown sets it to keep what it frees:
+//   - one arena (M_ARENA_MAX 1): a thread's own arena grows in heaps of at
+//     most 64 MiB, so a larger block on an engine's thread would be mapped
+//     whatever the thresholds;
+//   - blocks up to 1 GiB from the heap (M_MMAP_THRESHOLD), and no trimming
+//     on free (M_TRIM_THRESHOLD at its maximum);
+//   - a trimmer thread that returns the free memory (malloc_trim) once more
+//     than CROWN_MALLOC_KEEP_MB (default 1024) of it has stayed free for two
+//     of its periods (CROWN_MALLOC_TRIM_MS, default 2000) and changed since
+//     it last trimmed: a program that frees a lot and idles gets it back
+//     within two periods.
+// Left alone where the user chose: another malloc preloaded (crownrun's
+// tcmalloc), glibc's malloc set by MALLOC_* or GLIBC_TUNABLES, or
+// CROWN_MALLOC=system.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace crown::detail {
+
+struct MallocPlan {
+  bool keep = false;   ///< set glibc's malloc to keep memory, and trim when idle
+  std::string reason;  ///< why not, when not (for the log)
+  std::size_t keepBytes = 0;
+  std::chrono::milliseconds trimPeriod{0};
+};
+
+/// What keepMallocMemory would do in this process, from its environment
+/// and its malloc. Throws ConfigError for a bad CROWN_MALLOC* setting.
+MallocPlan planMalloc();
+
+/// Applies planMalloc()'s plan (once per process; later calls do nothing)
+/// and returns it.
+MallocPlan keepMallocMemory();
+
+}  // namespace crown::detail
