@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real Slurm on this machine: munged, slurmctld and slurmd from Debian's
 # packages, configured in a temporary directory, with one node that claims 8
-# CPUs. sbatch slurm/cpu.sbatch runs the C++ and the Python examples through
+# CPUs (tests/support/slurm_cluster.sh). sbatch slurm/cpu.sbatch runs the C++ and the Python examples through
 # `module load crown` and crownrun (srun --mpi=pmix) to completion; a job
 # whose controller fails ends FAILED with exit code 1 in Slurm's record. A
 # rank frozen for good (issue 43): the controller takes it for lost and ends,
@@ -15,19 +15,11 @@ build_dir=$2
 other_crownrun=${3:-}
 work=$(mktemp -d /tmp/crown-slurm.XXXXXX)
 chmod 755 "$work"
-pids=()
+source "$source_dir/tests/support/slurm_cluster.sh"
 cleanup() {
   set +e
   if [[ -s "$work/frozen.pids" ]]; then kill -CONT $(cat "$work/frozen.pids") 2>/dev/null; fi
-  if [[ -n "${SLURM_CONF:-}" ]] && [[ -n "$(squeue -h -o %i 2>/dev/null)" ]]; then
-    scancel --full $(squeue -h -o %i) 2>/dev/null  # this test's own cluster: its jobs alone
-    for _ in $(seq 100); do [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] && break; sleep 0.1; done
-  fi
-  [[ -n "${SLURM_CONF:-}" ]] && scontrol shutdown >/dev/null 2>&1
-  sleep 1
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-  sleep 0.5
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  slurm_cluster_stop  # this test's own cluster: its jobs and daemons alone
   if [[ -s "$work/frozen.pids" ]]; then kill -KILL $(cat "$work/frozen.pids") 2>/dev/null; fi
   rm -rf "$work"
 }
@@ -42,63 +34,7 @@ echo "== install crown into $work/prefix (for module load crown)"
 cmake --install "$build_dir" --prefix "$work/prefix" >"$work/install.log"
 if [[ -n "$other_crownrun" ]]; then cp "$other_crownrun" "$work/prefix/bin/crownrun"; fi
 
-echo "== munged"
-dd if=/dev/urandom of="$work/munge.key" bs=1024 count=1 status=none
-chmod 400 "$work/munge.key"
-munged --force --foreground --socket="$work/munge.sock" --key-file="$work/munge.key" \
-  --pid-file="$work/munged.pid" --log-file="$work/munged.log" --seed-file="$work/munge.seed" \
-  >"$work/munged.out.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do [[ -S "$work/munge.sock" ]] && break; sleep 0.1; done
-[[ -S "$work/munge.sock" ]] || fail "munged did not start"
-
-echo "== slurmctld and slurmd"
-node=$(hostname)
-port=$((20000 + RANDOM % 20000))
-while ss -ltn | grep -Eq ":($port|$((port + 1))) "; do port=$((20000 + RANDOM % 20000)); done
-mkdir -p "$work/state" "$work/spool"
-cat >"$work/slurm.conf" <<CONF
-ClusterName=crowntest
-SlurmctldHost=$node
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$work/munge.sock
-CredType=cred/munge
-StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool
-SlurmctldPidFile=$work/slurmctld.pid
-SlurmdPidFile=$work/slurmd.pid
-SlurmctldLogFile=$work/slurmctld.log
-SlurmdLogFile=$work/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-MinJobAge=600
-SlurmdParameters=config_overrides
-NodeName=$node CPUs=8 State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
-CONF
-export SLURM_CONF=$work/slurm.conf
-slurmctld -D -i -f "$SLURM_CONF" >"$work/slurmctld.out.log" 2>&1 &
-pids+=($!)
-slurmd -D -f "$SLURM_CONF" >"$work/slurmd.out.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  state=$(sinfo -h -N -o "%t" 2>/dev/null | head -1)
-  [[ "$state" == idle ]] && break
-  sleep 0.2
-done
-[[ "${state:-}" == idle ]] || fail "the node did not come up (state '${state:-none}')"
-sinfo -N -o "%N %c %t"
+slurm_cluster_start "$work" 8 || exit 1  # says why, with the daemons' logs
 
 submit() {  # submit NAME PROGRAM: runs slurm/cpu.sbatch to its end; prints the job id
   local name=$1 program=$2
