@@ -6,14 +6,37 @@
 #include <new>
 
 #include "crown/common/error.h"
+#include "crown/wire/payload.h"
 
 namespace crown::tensor {
 namespace {
 
-struct HeapBlock final : Owner {
+// A tensor's own memory. A large one is a recycled wire buffer (payload.h),
+// handed back when the tensor goes: an engine's result of a step reuses the
+// last step's pages instead of faulting in fresh ones (issue 45), whatever
+// malloc the process runs.
+class Block : public Owner {
+ public:
+  virtual std::byte* data() = 0;
+};
+
+struct HeapBlock final : Block {
   explicit HeapBlock(std::size_t bytes) : memory(new std::byte[bytes == 0 ? 1 : bytes]) {}
+  std::byte* data() override { return memory.get(); }
   std::unique_ptr<std::byte[]> memory;
 };
+
+struct RecycledBlock final : Block {
+  explicit RecycledBlock(std::size_t bytes) { wire::sizeForOverwrite(buffer, bytes); }
+  ~RecycledBlock() override { wire::recycle(std::move(buffer)); }
+  std::byte* data() override { return reinterpret_cast<std::byte*>(buffer.data()); }
+  wire::Bytes buffer;
+};
+
+std::shared_ptr<Block> newBlock(std::size_t bytes) {
+  if (bytes >= wire::kRecycledBytes) return std::make_shared<RecycledBlock>(bytes);
+  return std::make_shared<HeapBlock>(bytes);
+}
 
 struct NameOf {
   ScalarType type;
@@ -110,9 +133,9 @@ std::vector<std::int64_t> contiguousStrides(const std::vector<std::int64_t>& sha
 
 LocalTensor LocalTensor::allocate(ScalarType type, std::vector<std::int64_t> shape) {
   std::size_t bytes = static_cast<std::size_t>(elementCount(shape)) * elementSize(type);
-  std::shared_ptr<HeapBlock> block;
+  std::shared_ptr<Block> block;
   try {
-    block = std::make_shared<HeapBlock>(bytes);
+    block = newBlock(bytes);
   } catch (const std::bad_alloc&) {
     LocalTensor described;
     described.dtype_ = type;
@@ -120,7 +143,7 @@ LocalTensor LocalTensor::allocate(ScalarType type, std::vector<std::int64_t> sha
     throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes for " +
                 described.describe());
   }
-  void* data = block->memory.get();
+  void* data = block->data();
   auto strides = contiguousStrides(shape);
   return wrap(type, std::move(shape), std::move(strides), data, std::move(block));
 }

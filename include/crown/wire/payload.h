@@ -45,12 +45,13 @@ class Payload {
   std::size_t segmentBytes_ = 0;
 };
 
-/// Large receive buffers, recycled: new memory costs a page fault per page at
-/// its first touch, so a buffer that held a received payload (at least
-/// kRecycledBytes) can be handed back when its last reader is done, and the
-/// next large payload is read into it. A few are kept (kRecycledBuffers),
-/// together at most kRecycledTotalBytes, so that one huge message does not
-/// pin its size in memory for the rest of the run. Thread-safe.
+/// Large buffers, recycled: new memory costs a page fault per page at its
+/// first touch, so a buffer that held a received payload or a tensor (at
+/// least kRecycledBytes) can be handed back when its last reader is done,
+/// and the next large payload or tensor is written into it. A few are kept
+/// (kRecycledBuffers), together at most kRecycledTotalBytes, so that one
+/// huge message does not pin its size in memory for the rest of the run.
+/// Thread-safe.
 constexpr std::size_t kRecycledBytes = 8 << 20;
 constexpr std::size_t kRecycledBuffers = 4;
 constexpr std::size_t kRecycledTotalBytes = 256 << 20;
@@ -58,6 +59,12 @@ constexpr std::size_t kRecycledTotalBytes = 256 << 20;
 /// is kept, else empty (the caller allocates).
 Bytes takeRecycled(std::size_t bytes);
 void recycle(Bytes&& buffer);
+/// `buffer` becomes `bytes` long, its contents undefined, for a caller that
+/// overwrites every byte (a link reading a frame's payload, a tensor's
+/// result): a recycled buffer when one is kept; a fresh large one asks for
+/// transparent huge pages before its first touch (a page fault per 2 MiB,
+/// not per 4 KiB); no memset either way. Throws std::bad_alloc.
+void sizeForOverwrite(Bytes& buffer, std::size_t bytes);
 
 /// Payload bytes that crown's own code copied in this process (encoding,
 /// decoding, joining, reading past a frame's head), so that tests can count

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "transport/payload_buffer.h"
 
 namespace crown::transport {
 
@@ -94,7 +93,7 @@ std::optional<ReceivedFrame> FrameReader::next() {
   // is decoded now but handed out only once the tag checks (next()'s first branch).
   frame.envelope = wire::decodeEnvelope(at + wire::kFrameHeaderBytes, header.envelopeBytes);
   std::size_t have = std::min(available - headBytes, payloadBytes);
-  allocateForPayload(frame.payload, payloadBytes);
+  wire::sizeForOverwrite(frame.payload, payloadBytes);
   std::memcpy(frame.payload.data(), payload, have);
   wire::countCopied(have);
   if (opener_ != nullptr) opener_->update(reinterpret_cast<std::byte*>(frame.payload.data()), have);

@@ -8,7 +8,6 @@
 #include "crown/common/env.h"
 #include "crown/common/error.h"
 #include "crown/common/log.h"
-#include "transport/payload_buffer.h"
 
 namespace crown::transport::shm {
 namespace {
@@ -93,7 +92,7 @@ std::optional<wire::Bytes> copyLent(pid_t lender, std::span<const std::byte> des
   }
   if (lender <= 0) return std::nullopt;  // no peer this process can name
   wire::Bytes payload;
-  allocateForPayload(payload, total);
+  wire::sizeForOverwrite(payload, total);
   std::size_t copied = 0;
   std::size_t first = 0;  // the first remote piece not yet copied whole
   while (copied < total) {

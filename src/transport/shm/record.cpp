@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "crown/common/error.h"
-#include "transport/payload_buffer.h"
 #include "transport/shm/lending.h"
 
 namespace crown::transport::shm {
@@ -99,7 +98,7 @@ Taken readFrame(Ring& ring, std::uint64_t length, const wire::FrameLimits& limit
     record.erase(0, 4 + std::size_t{envelopeBytes});
     rest = std::move(record);
   } else {
-    allocateForPayload(rest, restBytes);
+    wire::sizeForOverwrite(rest, restBytes);
     if (!ring.take(std::as_writable_bytes(std::span(rest)))) return Taken::kClosed;
   }
   if (!lent) {

@@ -1,17 +1,19 @@
-#include "transport/payload_buffer.h"
-
+// wire::sizeForOverwrite (payload.h): built as C++23 for
+// resize_and_overwrite (src/CMakeLists.txt).
 #include <sys/mman.h>
 
 #include <cstdint>
 
-namespace crown::transport {
+#include "crown/wire/payload.h"
+
+namespace crown::wire {
 
 // A large payload's buffer is new memory, and its first touch costs a page
 // fault per 4 KiB page (5 us each on some VMs: 90 ms for 64 MiB). Asking for
 // transparent huge pages before the first touch makes that 32 faults.
-void allocateForPayload(wire::Bytes& payload, std::size_t bytes) {
+void sizeForOverwrite(Bytes& payload, std::size_t bytes) {
   constexpr std::uintptr_t kHugePage = 2 << 20;
-  payload = wire::takeRecycled(bytes);  // touched already: no faults at all
+  payload = takeRecycled(bytes);  // touched already: no faults at all
   payload.clear();
   bool fresh = payload.capacity() < bytes;
   payload.reserve(bytes);
@@ -22,12 +24,12 @@ void allocateForPayload(wire::Bytes& payload, std::size_t bytes) {
     if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
   }
 #if defined(__cpp_lib_string_resize_and_overwrite)
-  // The reader overwrites every byte: skip resize()'s memset, a whole extra
-  // pass over the payload (this file is built as C++23 for it).
+  // The caller overwrites every byte: skip resize()'s memset, a whole extra
+  // pass over the buffer.
   payload.resize_and_overwrite(bytes, [](char*, std::size_t n) { return n; });
 #else
   payload.resize(bytes);
 #endif
 }
 
-}  // namespace crown::transport
+}  // namespace crown::wire
