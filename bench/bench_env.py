@@ -21,3 +21,15 @@ def probe():
         resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return resident, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
+
+
+def launcher():
+    """How this rank was started: crownrun (which exports CROWN_RESULT_FILE),
+    srun (a Slurm step), mpirun, or none (a lone process)."""
+    if "CROWN_RESULT_FILE" in os.environ:
+        return "crownrun"
+    if "SLURM_STEP_ID" in os.environ:
+        return "srun"
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_RANK" in os.environ:
+        return "mpirun"
+    return "none"

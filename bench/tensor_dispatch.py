@@ -30,7 +30,7 @@ import time
 import torch
 
 import crown
-from bench_env import allocator, probe
+from bench_env import allocator, launcher, probe
 from crown.actor import Actor, endpoint
 
 BENCH = "tensor_dispatch"
@@ -89,7 +89,8 @@ def main():
     cores = os.cpu_count() or 1
     cpus = sorted(os.sched_getaffinity(0))
     print(f"{OPS} ops of 16 floats on {len(procs)} procs, median of {RUNS} runs; "
-          f"the controller may run on CPUs {cpus} of {cores}; malloc: {allocator()}")
+          f"the controller may run on CPUs {cpus} of {cores}; malloc: {allocator()}; "
+          f"launcher: {launcher()}")
     if len(cpus) == 1 and cores > 1:
         print("  (bound to one core, which its engine and crown's threads share: mpirun binds "
               "each of 2 ranks or fewer to a core; crownrun and --bind-to none do not)")
@@ -109,6 +110,7 @@ def main():
     with open(out, "w") as f:
         json.dump({"bench": BENCH, "ranks": len(procs), "ops": OPS, "host": platform.node(),
                    "controller_cpus": cpus, "allocator": allocator(),
+                   "launcher": launcher(),
                    "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
                    "controller_us": record_t * 1e6, "completion_us": done_t * 1e6,
                    "cpu_us_by_rank": [c * 1e6 for c in cpu], "cores": cores,

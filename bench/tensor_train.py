@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # so its remote function resolves there too).
 from train_tensor_engine import LR, SAMPLES, model, shard_of, shard_shape  # noqa: E402
 
-from bench_env import allocator, probe  # noqa: E402
+from bench_env import allocator, launcher, probe  # noqa: E402
 
 BENCH = "tensor_train"
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100
@@ -254,6 +254,7 @@ def main():
     mib = 1 << 20
     print(f"{parts} ranks, {SAMPLES} samples ({SAMPLES // parts} per rank), {ROUNDS} rounds of "
           f"{STEPS} steps, medians; torch threads {torch.get_num_threads()}, malloc {allocator()}, "
+          f"launcher {launcher()}, "
           f"load {LOAD_AT_START:.2f} at the start, {os.getloadavg()[0]:.2f} now")
     print(f"{'':26} {'ms/step':>9} {'ddp/this':>9}   CPU ms/step by rank")
     print(f"{'ddp-gloo':26} {d * 1e3:9.3f} {1:8.2f}x   "
@@ -302,7 +303,8 @@ def main():
         out = os.path.join(out, BENCH + ".json")
     with open(out, "w") as f:
         json.dump({"bench": BENCH, "ranks": parts, "host": platform.node(),
-                   "allocator": allocator(), "load_at_start": LOAD_AT_START, "load": os.getloadavg()[0],
+                   "allocator": allocator(), "launcher": launcher(),
+                   "load_at_start": LOAD_AT_START, "load": os.getloadavg()[0],
                    "torch_threads": torch.get_num_threads(),
                    "samples": SAMPLES, "steps": STEPS, "rounds": ROUNDS,
                    "ddp_gloo": DDP,
