@@ -22,6 +22,16 @@ def allreduce_rows(result, size=64 * MIB):
     return figures
 
 
+def step_rows(result):
+    return {"reduce() out of place + inspect, 64 MiB (ms/step)": result["crown_oop_s"] * 1e3,
+            "MPI_Allreduce out of place, 64 MiB (ms)": result["mpi_oop_s"] * 1e3,
+            "crown / MPI out of place (x speed)": result["mpi_oop_s"] / result["crown_oop_s"],
+            "reduce_() in place, 64 MiB (ms/step)": result["crown_inplace_s"] * 1e3,
+            "MPI_Allreduce in place, 64 MiB (ms)": result["mpi_inplace_s"] * 1e3,
+            "crown / MPI in place (x speed)": result["mpi_inplace_s"] / result["crown_inplace_s"],
+            "page faults per step, most of a rank": max(result["faults_per_step"])}
+
+
 def dispatch_rows(result):
     return {"small op to completion (us/op)": result["completion_us"],
             "small op at the controller (us/op)": result["controller_us"],
@@ -40,7 +50,7 @@ def bulk_rows(result):
             "crown / MPI bandwidth (x)": result["crown_over_mpi_bandwidth"]}
 
 
-FIGURES = {"tensor_allreduce": allreduce_rows, "tensor_dispatch": dispatch_rows,
+FIGURES = {"tensor_step": step_rows, "tensor_allreduce": allreduce_rows, "tensor_dispatch": dispatch_rows,
            "tensor_train": train_rows, "python_bulk": bulk_rows}
 
 

@@ -16,6 +16,7 @@
 #include "bindings.h"
 #include "crown/actor/lost_messages.h"
 #include "crown/bootstrap/controller.h"
+#include "crown/bootstrap/malloc_policy.h"
 #include "crown/common/abortable.h"
 #include "crown/common/log.h"
 #include "crown/common/trace.h"
@@ -145,6 +146,14 @@ void bindRuntime(py::module_& m) {
       "shutdown", [](int code) { finishController(Runtime::current(), code); },
       py::call_guard<py::gil_scoped_release>(),
       "The controller tells every worker to exit with code, and finishes.");
+  m.def(
+      "keep_malloc_memory",
+      [] {
+        MallocPlan plan = keepMallocMemory();
+        return plan.keep ? py::object(py::none()) : py::object(py::str(plan.reason));
+      },
+      "Sets glibc's malloc to keep freed memory, once per process (bootstrap/malloc_policy.h); "
+      "None when it did, else why not.");
   m.def("unhandled_faults", &supervision::unhandledFaults,
         "The reports of the faults left unhandled on this rank, in order.");
   m.def("owns_mpi", [] { return Runtime::current().ownsMpi(); });

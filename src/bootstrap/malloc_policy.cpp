@@ -1,4 +1,4 @@
-#include "bootstrap/malloc_policy.h"
+#include "crown/bootstrap/malloc_policy.h"
 
 #include <dlfcn.h>
 #include <malloc.h>
@@ -10,7 +10,7 @@
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 
-namespace crown::detail {
+namespace crown {
 namespace {
 
 // Blocks above this are still mapped on their own: a tensor of gigabytes
@@ -107,4 +107,4 @@ MallocPlan keepMallocMemory() {
   return applied;
 }
 
-}  // namespace crown::detail
+}  // namespace crown

@@ -14,13 +14,13 @@
 #include "bootstrap/departure.h"
 #include "bootstrap/job_ender.h"
 #include "bootstrap/lifecycle.h"
-#include "bootstrap/malloc_policy.h"
 #include "bootstrap/mpi_check.h"
 #include "bootstrap/mpi_service.h"
 #include "bootstrap/respawn.h"
 #include "bootstrap/runtime_mpi.h"
 #include "crown/actor/agent.h"
 #include "crown/actor/mpi_service.h"
+#include "crown/bootstrap/malloc_policy.h"
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/debug/server.h"
@@ -315,7 +315,7 @@ void Runtime::failBootstrap(Runtime& self, const std::string& why) {
 Runtime& Runtime::init(int* argc, char*** argv) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
   raiseOpenFileLimit();
-  detail::keepMallocMemory();  // before crown's threads start: they share the one arena
+  keepMallocMemory();  // before crown's threads start: they share the one arena
   static Runtime self;
   Topology& topo = self.topology_;
   self.pool_ = std::make_shared<transport::IoPool>();

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/malloc_policy.h"
+#include "crown/bootstrap/malloc_policy.h"
 #include "crown/common/error.h"
 
-namespace crown::detail {
+namespace crown {
 namespace {
 
 using namespace std::chrono_literals;
@@ -88,4 +88,4 @@ TEST(MallocPolicy, FreedMemoryStaysAndReturnsOnceTheProcessIdles) {
 }
 
 }  // namespace
-}  // namespace crown::detail
+}  // namespace crown

@@ -1,12 +1,14 @@
-// Memory that stays (issue 45; docs/tensors.md, "Memory"). Under plain
-// mpirun or srun every rank runs glibc's malloc, which maps each large
-// block afresh and unmaps it when freed: a 64 MiB allreduce result (and
-// MPI's own temporaries) then costs a zero-filled page fault per 4 KiB,
-// every step, about halving crown's speed. At bootstrap, on a process whose
-// malloc is glibc's, crown sets it to keep what it frees:
+// Memory that stays (issue 45; docs/tensors.md, "The allocator"). Under
+// plain mpirun or srun every rank runs glibc's malloc, which maps each
+// large block afresh and unmaps it when freed: MPI's own temporaries (and
+// torch's large tensors) then cost a zero-filled page fault per 4 KiB,
+// every step. As early as it can (Python: when crown is imported; C++: at
+// Runtime::init), on a process whose malloc is glibc's, crown sets it to
+// keep what it frees:
 //   - one arena (M_ARENA_MAX 1): a thread's own arena grows in heaps of at
-//     most 64 MiB, so a larger block on an engine's thread would be mapped
-//     whatever the thresholds;
+//     most 64 MiB, so a larger block on another thread than main would be
+//     mapped whatever the thresholds (threads that made an arena before
+//     this call keep sharing theirs, which is why it comes early);
 //   - blocks up to 1 GiB from the heap (M_MMAP_THRESHOLD), and no trimming
 //     on free (M_TRIM_THRESHOLD at its maximum);
 //   - a trimmer thread that returns the free memory (malloc_trim) once more
@@ -23,7 +25,7 @@
 #include <cstddef>
 #include <string>
 
-namespace crown::detail {
+namespace crown {
 
 struct MallocPlan {
   bool keep = false;   ///< set glibc's malloc to keep memory, and trim when idle
@@ -40,4 +42,4 @@ MallocPlan planMalloc();
 /// and returns it.
 MallocPlan keepMallocMemory();
 
-}  // namespace crown::detail
+}  // namespace crown
