@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs one Python benchmark under each way users launch crown, alternating,
 # and prints each one's headline figures with their range (issue 45):
-#   mpirun          plain mpirun, glibc's malloc as crown sets it at bootstrap
-#   mpirun-system   plain mpirun with CROWN_MALLOC=system (glibc's malloc as
-#                   it comes: what plain mpirun gave before issue 45)
+#   mpirun          plain mpirun (glibc's malloc as it comes)
+#   mpirun-keep     plain mpirun with CROWN_MALLOC=keep (glibc's malloc set to
+#                   keep what it frees: bootstrap/malloc_policy.h)
 #   crownrun        launch/crownrun (tcmalloc preloaded)
 #   srun            srun --mpi=pmix, in a private Slurm cluster started for
 #                   the run (bench/with_slurm.sh); with --srun only
@@ -39,7 +39,7 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD/build/python
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-launchers=(mpirun mpirun-system crownrun)
+launchers=(mpirun mpirun-keep crownrun)
 ((with_srun)) && launchers+=(srun)
 if [[ -n "$only" ]]; then IFS=, read -r -a launchers <<<"$only"; fi
 
@@ -50,8 +50,8 @@ run() {  # run LAUNCHER RESULT_FILE
     mpirun)
       CROWN_BENCH_RESULTS=$result mpirun --oversubscribe -n "$ranks" -x PYTHONPATH \
         -x CROWN_BENCH_RESULTS "$python" "$bench" "$@" ;;
-    mpirun-system)
-      CROWN_MALLOC=system CROWN_BENCH_RESULTS=$result mpirun --oversubscribe -n "$ranks" \
+    mpirun-keep)
+      CROWN_MALLOC=keep CROWN_BENCH_RESULTS=$result mpirun --oversubscribe -n "$ranks" \
         -x PYTHONPATH -x CROWN_MALLOC -x CROWN_BENCH_RESULTS "$python" "$bench" "$@" ;;
     crownrun)
       CROWN_BENCH_RESULTS=$result launch/crownrun -n "$ranks" "$python" "$bench" "$@" ;;

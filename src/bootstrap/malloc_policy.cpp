@@ -64,13 +64,13 @@ void startTrimmer(std::size_t keepBytes, std::chrono::milliseconds period) {
 
 MallocPlan planMalloc() {
   MallocPlan plan;
-  std::string choice = env::choice("CROWN_MALLOC", "keep", {"keep", "system"});
+  std::string choice = env::choice("CROWN_MALLOC", "system", {"system", "keep"});
   plan.keepBytes =
       static_cast<std::size_t>(env::integer("CROWN_MALLOC_KEEP_MB", 1024, 0, 1 << 24)) << 20;
   plan.trimPeriod = env::millis("CROWN_MALLOC_TRIM_MS", std::chrono::milliseconds(2000),
                                 std::chrono::milliseconds(10));
   if (choice == "system") {
-    plan.reason = "CROWN_MALLOC=system";
+    plan.reason = "CROWN_MALLOC is system (the default)";
   } else if (!glibcMalloc()) {
     plan.reason = "another malloc than glibc's is in use (preloaded)";
   } else if (std::string set = userMallocSetting(); !set.empty()) {
