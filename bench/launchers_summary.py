@@ -50,8 +50,17 @@ def bulk_rows(result):
             "crown / MPI bandwidth (x)": result["crown_over_mpi_bandwidth"]}
 
 
+def to_mesh_rows(result, size=64 * MIB):
+    row = min(result["rows"], key=lambda r: abs(r["bytes"] - size))
+    label = f"{row['bytes'] // MIB} MiB"
+    return {f"tensor to the mesh, {label} (ms)": row["crown_s"] * 1e3,
+            f"MPI anchor, {label} (ms)": row["mpi_s"] * 1e3,
+            f"crown / MPI, {label} (x speed)": row["crown_vs_mpi"]}
+
+
 FIGURES = {"tensor_step": step_rows, "tensor_allreduce": allreduce_rows, "tensor_dispatch": dispatch_rows,
-           "tensor_train": train_rows, "python_bulk": bulk_rows}
+           "tensor_train": train_rows, "python_bulk": bulk_rows,
+           "tensor_to_mesh": to_mesh_rows}
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ to each (anchor time / crown time: above 1 means crown is faster).
 Run (from the repository root):
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=build/python \\
     mpirun --oversubscribe -n 4 -x PYTHONPATH /usr/bin/python3 bench/tensor_to_mesh.py \\
-    [results dir or file.json] [largest MiB]
+    [results dir or file.json] [largest MiB, else $CROWN_BENCH_LARGEST_MIB, else 256]
 Results: bench/results/tensor_to_mesh.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from mpi4py import MPI  # first: crown adopts this MPI
 
 BENCH = "tensor_to_mesh"
-LARGEST = int(sys.argv[2]) if len(sys.argv) > 2 else 256
+LARGEST = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("CROWN_BENCH_LARGEST_MIB", 256))
 SIZES = [s for s in (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20)
          if s <= LARGEST << 20]
 
