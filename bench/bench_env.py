@@ -1,8 +1,10 @@
 """What the Python benchmarks record about the process they ran in."""
 
 import functools
+import json
 import os
 import resource
+import sys
 
 
 @functools.lru_cache(maxsize=None)  # a process's malloc is fixed at its start
@@ -33,3 +35,15 @@ def launcher():
     if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_RANK" in os.environ:
         return "mpirun"
     return "none"
+
+
+def write_results(bench, record):
+    """Writes a benchmark's record as JSON to argv[1] (a directory or a .json
+    file), else $CROWN_BENCH_RESULTS, else bench/results; says where."""
+    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
+        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
+    if not out.endswith(".json"):
+        out = os.path.join(out, bench + ".json")
+    with open(out, "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"results: {out}")

@@ -58,8 +58,8 @@ def to_mesh_rows(result, size=64 * MIB):
             f"crown / MPI, {label} (x speed)": row["crown_vs_mpi"]}
 
 
-FIGURES = {"tensor_step": step_rows, "tensor_allreduce": allreduce_rows, "tensor_dispatch": dispatch_rows,
-           "tensor_train": train_rows, "python_bulk": bulk_rows,
+FIGURES = {"tensor_step": step_rows, "tensor_allreduce": allreduce_rows,
+           "tensor_dispatch": dispatch_rows, "tensor_train": train_rows, "python_bulk": bulk_rows,
            "tensor_to_mesh": to_mesh_rows}
 
 

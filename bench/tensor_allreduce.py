@@ -27,7 +27,6 @@ Run (from the repository root):
 Results: bench/results/tensor_allreduce.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
-import json
 import os
 import platform
 import statistics
@@ -38,7 +37,7 @@ import numpy as np
 from mpi4py import MPI  # first: crown adopts this MPI
 
 import crown  # before the anchors: importing it sets malloc as crown's ranks run it
-from bench_env import allocator, launcher
+from bench_env import allocator, launcher, write_results
 
 BENCH = "tensor_allreduce"
 LARGEST = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("CROWN_BENCH_LARGEST_MIB", 256))
@@ -161,15 +160,9 @@ def main():
         print(f"{label(size):>8} {m * 1e3:8.3f}ms {nb * 1e3:8.3f}ms {g * 1e3:8.3f}ms "
               f"{c * 1e3:8.3f}ms {m / c:9.2f}x {nb / c:12.2f}x {g / c:10.2f}x "
               f"{mo * 1e3:8.3f}ms {co * 1e3:8.3f}ms {mo / co:11.2f}x")
-    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    if not out.endswith(".json"):
-        out = os.path.join(out, BENCH + ".json")
-    with open(out, "w") as f:
-        json.dump({"bench": BENCH, "ranks": len(procs), "host": platform.node(),
-                   "launcher": launcher(), "allocator": allocator(),
-                   "load": os.getloadavg()[0], "rows": rows}, f, indent=1)
-    print(f"results: {out}")
+    write_results(BENCH, {"bench": BENCH, "ranks": len(procs), "host": platform.node(),
+                          "launcher": launcher(), "allocator": allocator(),
+                          "load": os.getloadavg()[0], "rows": rows})
 
 
 crown.run(main)

@@ -20,17 +20,15 @@ binds each rank, its engine and crown's threads to one core):
 Results: bench/results/tensor_dispatch.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
-import json
 import os
 import platform
 import statistics
-import sys
 import time
 
 import torch
 
 import crown
-from bench_env import allocator, launcher, probe
+from bench_env import allocator, launcher, probe, write_results
 from crown.actor import Actor, endpoint
 
 BENCH = "tensor_dispatch"
@@ -103,19 +101,13 @@ def main():
     print(f"  CPU per op by rank:        " + " ".join(f"{c * 1e6:.2f}" for c in cpu)
           + f" µs (rank 0: controller + engine); all {sum(cpu) * 1e6:.2f} µs")
     print(f"  floor on {cores} core(s):       {floor * 1e6:7.2f} µs/op ({floor / eager_t:.2f}x eager)")
-    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    if not out.endswith(".json"):
-        out = os.path.join(out, BENCH + ".json")
-    with open(out, "w") as f:
-        json.dump({"bench": BENCH, "ranks": len(procs), "ops": OPS, "host": platform.node(),
-                   "controller_cpus": cpus, "allocator": allocator(),
-                   "launcher": launcher(),
-                   "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
-                   "controller_us": record_t * 1e6, "completion_us": done_t * 1e6,
-                   "cpu_us_by_rank": [c * 1e6 for c in cpu], "cores": cores,
-                   "floor_us": floor * 1e6}, f, indent=1)
-    print(f"results: {out}")
+    write_results(BENCH, {"bench": BENCH, "ranks": len(procs), "ops": OPS,
+                          "host": platform.node(), "controller_cpus": cpus,
+                          "allocator": allocator(), "launcher": launcher(),
+                          "load": os.getloadavg()[0], "eager_us": eager_t * 1e6,
+                          "controller_us": record_t * 1e6, "completion_us": done_t * 1e6,
+                          "cpu_us_by_rank": [c * 1e6 for c in cpu], "cores": cores,
+                          "floor_us": floor * 1e6})
 
 
 crown.run(main)

@@ -14,19 +14,17 @@ means crown is faster. Run it under each launcher (bench/launchers.sh):
 Results: bench/results/tensor_step.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
-import json
 import os
 import platform
 import resource
 import statistics
-import sys
 import time
 
 import numpy as np
 from mpi4py import MPI  # first: crown adopts this MPI
 
 import crown  # as a program does, before torch starts threads
-from bench_env import allocator, launcher
+from bench_env import allocator, launcher, write_results
 
 BENCH = "tensor_step"
 BYTES = 64 << 20
@@ -102,17 +100,11 @@ def main():
           f"crown/mpi {m_oop / c_oop:.2f}x; page faults per step by rank {faults}")
     print(f"  in place:     crown {c_in * 1e3:.1f} ms, MPI {m_in * 1e3:.1f} ms, "
           f"crown/mpi {m_in / c_in:.2f}x")
-    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    if not out.endswith(".json"):
-        out = os.path.join(out, BENCH + ".json")
-    with open(out, "w") as f:
-        json.dump({"bench": BENCH, "ranks": len(procs), "host": platform.node(),
-                   "launcher": launcher(), "allocator": allocator(),
-                   "load": os.getloadavg()[0], "bytes": BYTES, "steps": STEPS,
-                   "crown_oop_s": c_oop, "mpi_oop_s": m_oop, "crown_inplace_s": c_in,
-                   "mpi_inplace_s": m_in, "faults_per_step": faults}, f, indent=1)
-    print(f"results: {out}")
+    write_results(BENCH, {"bench": BENCH, "ranks": len(procs), "host": platform.node(),
+                          "launcher": launcher(), "allocator": allocator(),
+                          "load": os.getloadavg()[0], "bytes": BYTES, "steps": STEPS,
+                          "crown_oop_s": c_oop, "mpi_oop_s": m_oop, "crown_inplace_s": c_in,
+                          "mpi_inplace_s": m_in, "faults_per_step": faults})
 
 
 crown.run(main)

@@ -19,7 +19,6 @@ Run (from the repository root):
 Results: bench/results/tensor_to_mesh.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,8 @@ import time
 
 import numpy as np
 from mpi4py import MPI  # first: crown adopts this MPI
+
+from bench_env import write_results
 
 BENCH = "tensor_to_mesh"
 LARGEST = int(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("CROWN_BENCH_LARGEST_MIB", 256))
@@ -99,14 +100,8 @@ def main():
                      "crown_vs_mpi": m / c, "crown_vs_mpi_fresh": f / c})
         print(f"{label(size):>8} {m * 1e3:8.3f}ms {f * 1e3:8.3f}ms {c * 1e3:8.3f}ms "
               f"{size / m / 1e9:9.2f} {size / c / 1e9:11.2f} {m / c:9.2f}x {f / c:11.2f}x")
-    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    if not out.endswith(".json"):
-        out = os.path.join(out, BENCH + ".json")
-    with open(out, "w") as f:
-        json.dump({"bench": BENCH, "ranks": len(grid), "host": platform.node(),
-                   "load": os.getloadavg()[0], "rows": rows}, f, indent=1)
-    print(f"results: {out}")
+    write_results(BENCH, {"bench": BENCH, "ranks": len(grid), "host": platform.node(),
+                          "load": os.getloadavg()[0], "rows": rows})
 
 
 
