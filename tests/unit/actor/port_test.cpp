@@ -305,20 +305,26 @@ TEST_F(PortTest, AHolderThatStopsHoldingAPortTellsItsOwner) {
   EXPECT_TRUE(errorIs<ActorStopped>(*item));
 }
 
+// A port whose holder on `holder` has sent nothing hears of that rank's
+// loss at once, as the error item from it.
+void expectHoldersLossHeard(PortReceiver& port, transport::LocalHub& hub, Rank holder) {
+  EXPECT_THROW(port.next(100ms), Timeout);  // held: nothing yet
+  auto cut = Clock::now();
+  transport::disconnect(hub, holder);
+  auto item = port.next(2s);
+  EXPECT_LT(Clock::now() - cut, 500ms);
+  ASSERT_TRUE(item.has_value());
+  EXPECT_EQ(item->from, holder);
+  EXPECT_TRUE(errorIs<ProcessLost>(*item));
+}
+
 // A port that watches no rank watches its holders' (kPortWatch): the loss
 // of the rank that holds it fails its waiter at once, as a watched rank's.
 TEST_F(PortTest, TheLossOfARankHoldingAnUnwatchedPortIsHeardAtOnce) {
   boot(3);
   PortReceiver stream = controller().openPort(PortMode::kStream);
   holders_[2].call<void>(Keep{stream.ref()}).get(5s);
-  EXPECT_THROW(stream.next(100ms), Timeout);  // kept: nothing yet
-  auto cut = Clock::now();
-  transport::disconnect(*hub_, 2);
-  auto item = stream.next(2s);
-  EXPECT_LT(Clock::now() - cut, 500ms);
-  ASSERT_TRUE(item.has_value());
-  EXPECT_EQ(item->from, 2u);
-  EXPECT_TRUE(errorIs<ProcessLost>(*item));
+  expectHoldersLossHeard(stream, *hub_, 2);
 }
 
 // A member that hands its reply port on to a third rank: that rank's loss
@@ -327,14 +333,7 @@ TEST_F(PortTest, APortHandedOnToAThirdRankHearsThatRanksLoss) {
   boot(4);
   PortReceiver members = controller().openPort(PortMode::kPerMember, {1});
   holders_[1].call<void>(Forward{members.ref(), holders_[3].id()}).get(5s);
-  EXPECT_THROW(members.next(100ms), Timeout);  // both hold it: nothing yet
-  auto cut = Clock::now();
-  transport::disconnect(*hub_, 3);
-  auto item = members.next(2s);
-  EXPECT_LT(Clock::now() - cut, 500ms);
-  ASSERT_TRUE(item.has_value());
-  EXPECT_EQ(item->from, 3u);
-  EXPECT_TRUE(errorIs<ProcessLost>(*item));
+  expectHoldersLossHeard(members, *hub_, 3);
 }
 
 // A holder that let go is not watched any more: its rank's loss is not the port's.
