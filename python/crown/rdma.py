@@ -40,7 +40,7 @@ from . import _crown
 from .actor import Future
 
 __all__ = ["RDMABuffer", "RDMAAction", "RDMAError", "RDMAFallbackWarning", "Owner",
-           "is_rdma_available"]
+           "is_rdma_available", "is_ibverbs_available", "get_rdma_backend"]
 
 RDMAError = _crown.RDMAError
 
@@ -58,6 +58,22 @@ Owner = collections.namedtuple("Owner", ["rank", "actor"])
 def is_rdma_available() -> bool:
     """True when transfers use one-sided MPI (False: the fabric fallback)."""
     return bool(_crown.rdma_stats()["window"])
+
+
+def is_ibverbs_available() -> bool:
+    """Monarch's name. False: crown drives no ibverbs device itself; its
+    transfers go over one-sided MPI (which may use InfiniBand underneath)
+    or over crown's own links (get_rdma_backend())."""
+    return False
+
+
+def get_rdma_backend() -> str:
+    """Monarch's name, with crown's backends: "mpi" when transfers use
+    one-sided MPI windows, "fabric" when they go over crown's own links
+    (CROWN_RDMA_WINDOW=0, or an MPI without one-sided support). Never
+    "none": a buffer can always be moved. (Monarch's values are "ibverbs",
+    "tcp" and "none".)"""
+    return "mpi" if is_rdma_available() else "fabric"
 
 
 def _is_tensor(obj) -> bool:

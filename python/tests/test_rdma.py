@@ -84,6 +84,9 @@ def test_the_transport_is_the_one_asked_for(holders):
     assert _crown.rdma_stats()["window"] is EXPECT_WINDOW
     assert isinstance(_crown.rdma_stats()["cuda_aware_mpi"], bool)
     assert one(holders, 1).stats.call_one().get(timeout=30)["window"] is EXPECT_WINDOW
+    assert crown.rdma.is_rdma_available() is EXPECT_WINDOW
+    assert crown.rdma.get_rdma_backend() == ("mpi" if EXPECT_WINDOW else "fabric")
+    assert crown.rdma.is_ibverbs_available() is False
 
 
 def test_a_handle_goes_owner_to_controller_to_reader(holders):
