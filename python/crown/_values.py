@@ -96,7 +96,8 @@ class Point(dict):
     ``str()`` reads as Monarch's: ``{'hosts': 0/1, 'gpus': 1/2}`` (index/size)."""
 
     def __init__(self, rank: int, shape: Shape):
-        super().__init__(shape.coordinates(rank))
+        coordinates = shape.coordinates(rank)  # keyed by label, in no particular order
+        super().__init__({label: coordinates[label] for label in shape.labels})  # the mesh's
         self.rank = rank
         self.shape = shape
 

@@ -206,6 +206,15 @@ def test_str_of_a_point_reads_as_monarchs(members):
     assert current_rank().size("ranks") == 4
 
 
+def test_a_points_dimensions_keep_the_meshs_order():
+    zoned = crown.world().rename(hosts="zone", procs="gpus").spawn("zoned", Member)
+    try:
+        point = zoned.slice(gpus=1).names.call_one().get(timeout=30)[2]
+        assert point == "{'zone': 0/1, 'gpus': 1/4}"  # not sorted by label
+    finally:
+        zoned.stop()
+
+
 def test_this_proc_is_the_process_alone():
     here = this_proc()
     assert here.sizes == {} and here.shape.ranks() == [0] and len(here) == 1
