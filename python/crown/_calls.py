@@ -47,8 +47,8 @@ class EndpointRef:
     def _message(self, args, kwargs, adverb: str, port: Optional[Port] = None):
         """The pickled call in two parts, head and out-of-band buffers, as
         every adverb sends it (one encoding, direct or cast); a ported
-        endpoint's port goes first, before the caller's arguments. TypeError
-        before anything is sent."""
+        endpoint's port goes first, before the caller's arguments. Raises
+        before anything is sent (what pickling raised, with a note)."""
         if self._ported and adverb == "accumulate":
             raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
                             f"concurrent_endpoint): an Accumulator cannot fold its replies; "
@@ -56,7 +56,7 @@ class EndpointRef:
         call = (self._name, args if port is None else (port, *args), kwargs)
         try:
             return _pickle.dumps_parts(call)
-        except TypeError as e:
+        except Exception as e:  # noqa: BLE001 - pickling fails in many types
             raise _unpicklable(e, f"{self._name}.{adverb}()", args, kwargs) from None
 
     def _entries(self, raw) -> List[Tuple[int, Any, Optional[BaseException]]]:
@@ -233,7 +233,12 @@ class Accumulator:
 
     def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any]):
         self._endpoint, self._identity, self._combine = endpoint_ref, identity, combine
-        self._key = _protocol.reducer_key(combine)  # TypeError here if combine cannot travel
+        try:
+            self._key = _protocol.reducer_key(combine)
+        except Exception as e:  # noqa: BLE001 - pickling fails in many types
+            e.add_note("Accumulator: its combine cannot be pickled, so it cannot travel to the "
+                       "cast's hops; define it at the top level, or capture only what pickles")
+            raise
 
     def accumulate(self, *args, **kwargs) -> Future:
         ref = self._endpoint

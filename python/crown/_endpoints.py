@@ -249,20 +249,22 @@ def _type_name(value) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _unpicklable(error: TypeError, what: str, args, kwargs, more=()) -> TypeError:
-    """After pickling a call failed (error): a TypeError naming the first
-    argument that does not pickle by itself, with its type. Only on failure:
-    the call pickles once when it can."""
+def _unpicklable(error: Exception, what: str, args, kwargs, more=()) -> Exception:
+    """After pickling a call failed with `error`: that same exception, as
+    Monarch raises it (its own type and message), with a note naming the
+    first argument that does not pickle by itself and its type. Only on
+    failure: the call pickles once when it can."""
     suspects = itertools.chain(
         ((f"positional argument {i}", value) for i, value in enumerate(args)),
         ((f"keyword argument {key!r}", value) for key, value in kwargs.items()), more)
     for where, value in suspects:
         try:
             _pickle.dumps(value)
-        except TypeError as failure:
-            reason = failure.__cause__ if failure.__cause__ is not None else failure
-            return TypeError(f"{what}: {where} ({_type_name(value)}) cannot be pickled, so it "
-                             f"cannot be sent: {reason}")
+        except Exception:  # noqa: BLE001 - pickling fails in many types
+            error.add_note(f"{what}: {where} ({_type_name(value)}) cannot be pickled, so it "
+                           f"cannot be sent")
+            return error
+    error.add_note(f"{what}: the call cannot be pickled, so it cannot be sent")
     return error
 
 

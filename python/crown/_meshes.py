@@ -123,7 +123,7 @@ class ProcMesh(_Sliceable):
         _check_endpoint_kinds(cls)  # MixedEndpointsError, before anything is sent
         try:
             payload = _pickle.dumps((_construct, (name, cls, *args), kwargs))
-        except TypeError as e:
+        except Exception as e:  # noqa: BLE001 - pickling fails in many types
             raise _unpicklable(e, f"spawn({name!r}, {cls.__qualname__})", args, kwargs,
                                (("the actor class", cls),)) from None
         # The class is registered before the spawn leaves; the supervision

@@ -74,7 +74,7 @@ def _pickle(base, obj, buffers) -> bytes:
 
 
 def dumps(obj) -> bytes:
-    """Pickles obj into one bytes object; raises TypeError naming what cannot be pickled."""
+    """Pickles obj into one bytes object; raises what pickling raised (dumps_parts)."""
     head, raws = dumps_parts(obj)
     return b"".join([head, *raws])
 
@@ -82,16 +82,15 @@ def dumps(obj) -> bytes:
 def dumps_parts(obj, prefix: bytes = b""):
     """Pickles obj as (head, buffers): prefix, the header and the pickle, then
     the out-of-band buffers (memoryviews of the objects' own memory), which
-    together are dumps(obj). Raises TypeError naming what cannot be pickled."""
+    together are dumps(obj). What cannot be pickled raises its own exception,
+    as Monarch lets it (a lock's TypeError, a __getstate__'s RuntimeError):
+    callers add a note saying what could not be sent."""
     buffers = []
     try:
         data = _pickle(pickle.Pickler, obj, buffers)
     except Exception:  # a lambda, a class defined in a function: by value
         buffers.clear()
-        try:
-            data = _pickle(cloudpickle.CloudPickler, obj, buffers)
-        except Exception as e:  # pickling errors come in many types
-            raise TypeError(f"cannot send {type(obj).__name__}: it cannot be pickled ({e})") from e
+        data = _pickle(cloudpickle.CloudPickler, obj, buffers)  # its failure is the caller's
     if not buffers:  # a small call: no comprehension, no format string
         return b"".join([prefix, _PLAIN.pack(0, len(data)), data]), []
     raws = [b.raw() for b in buffers]

@@ -59,7 +59,7 @@ class Port(Generic[R]):
     def _post(self, item, what: str) -> None:
         try:
             parts = _pickle.dumps_parts(item)
-        except TypeError as e:
+        except Exception as e:  # noqa: BLE001 - pickling fails in many types
             raise _unpicklable(e, what, (item,), {}) from None
         self._handle.send(*parts)
 

@@ -244,8 +244,9 @@ def test_wrong_use_fails_before_sending(counters):
         counters.incr(1)
     with pytest.raises(ValueError, match="exactly one actor"):
         counters.incr.call_one(1)
-    with pytest.raises(TypeError, match="cannot be pickled"):
+    with pytest.raises(TypeError, match="cannot pickle") as raised:
         counters.echo.call(threading.Lock())
+    assert "cannot be pickled, so it cannot be sent" in raised.value.__notes__[0]
     with pytest.raises(AttributeError, match="no endpoint"):
         counters.nonexistent
 

@@ -2,8 +2,8 @@
 raises when a member failed (value_mesh() keeps the per-member view), stream()
 yields Futures, PortReceiver.recv() is a Future, current_actor_name(),
 this_proc(), generic Channel/Port/PortReceiver, ValueMesh slicing and
-iteration, Point's text, Shape and Slice methods, and TypeErrors that name an
-argument that cannot be pickled."""
+iteration, Point's text, Shape and Slice methods, and an argument that cannot be
+pickled raising its own exception, with a note naming it."""
 
 import asyncio
 import operator
@@ -162,8 +162,9 @@ def test_stream_futures_are_replies_in_arrival_order_and_can_time_out(members):
 
 
 def test_stream_sends_at_once_and_leaves_timeout_to_the_endpoint(members):
-    with pytest.raises(TypeError, match="positional argument 0"):
+    with pytest.raises(TypeError) as raised:
         members.echo.stream(threading.Lock())  # raised by the call, not by iterating
+    assert "positional argument 0" in raised.value.__notes__[0]
     assert [f.get(timeout=30) for f in members.timeout_is_mine.stream(timeout=7)] == [7] * 4
 
 
@@ -295,7 +296,21 @@ def test_a_replaced_shape_keeps_its_dimensions():
         mended.replacing({1: 7})
 
 
-# 5. An argument that cannot be pickled is named, with its type.
+# 5. An argument that cannot be pickled raises its own exception, as in
+# Monarch; crown's note names the argument, with its type.
+
+LOCK_ERROR = "cannot pickle '_thread.lock' object"
+
+
+class NoState:
+    def __getstate__(self):
+        raise RuntimeError("no state for you")
+
+
+def crown_note(error: BaseException) -> str:
+    notes = getattr(error, "__notes__", [])
+    assert len(notes) == 1, notes
+    return notes[0]
 
 ADVERBS = {
     "call": lambda ep, *a, **k: ep.call(*a, **k),
@@ -312,26 +327,31 @@ def test_an_unpicklable_argument_is_named_with_its_type(members, adverb):
     target = members.slice(procs=1) if adverb == "call_one" else members
     with pytest.raises(TypeError) as raised:
         ADVERBS[adverb](target.echo, 1, threading.Lock())
-    text = str(raised.value)
-    assert text.startswith(f"echo.{adverb}(): positional argument 1 (_thread.lock) cannot be "
-                           f"pickled"), text
-    assert "tuple" not in text  # not the (name, args, kwargs) that crown pickles
-    with pytest.raises(TypeError, match=r"keyword argument 'guard' \(_thread.lock\)"):
+    assert str(raised.value) == LOCK_ERROR  # the lock's own error
+    note = crown_note(raised.value)
+    assert note == (f"echo.{adverb}(): positional argument 1 (_thread.lock) cannot be "
+                    f"pickled, so it cannot be sent"), note
+    with pytest.raises(TypeError) as raised:
         ADVERBS[adverb](target.echo, 1, guard=threading.Lock())
+    assert "keyword argument 'guard' (_thread.lock)" in crown_note(raised.value)
+    with pytest.raises(RuntimeError, match="^no state for you$") as raised:  # not a TypeError
+        ADVERBS[adverb](target.echo, NoState())
+    assert f"echo.{adverb}(): positional argument 0 (" in crown_note(raised.value)
     assert target.rank.call().get(timeout=30).values()  # nothing was sent; it serves on
 
 
 def test_an_unpicklable_value_for_a_port_is_named():
     port, _ = Channel.open()
-    with pytest.raises(TypeError, match=r"^Port.send\(\): positional argument 0 "
-                                        r"\(_thread.lock\) cannot be pickled"):
+    with pytest.raises(TypeError, match=f"^{LOCK_ERROR}$") as raised:
         port.send(threading.Lock())
+    assert crown_note(raised.value).startswith(
+        "Port.send(): positional argument 0 (_thread.lock) cannot be pickled")
 
 
 def test_an_unpicklable_spawn_argument_is_named():
-    with pytest.raises(TypeError) as raised:
+    with pytest.raises(TypeError, match=f"^{LOCK_ERROR}$") as raised:
         crown.world().spawn("unpicklable", Member, threading.Lock())
-    assert str(raised.value).startswith(
+    assert crown_note(raised.value).startswith(
         "spawn('unpicklable', Member): positional argument 0 (_thread.lock) cannot be pickled")
 
 

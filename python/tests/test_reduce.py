@@ -104,5 +104,6 @@ def test_a_combine_that_cannot_travel_fails_before_sending(givers):
     import threading
 
     lock = threading.Lock()
-    with pytest.raises(TypeError, match="cannot be pickled"):
+    with pytest.raises(TypeError, match="cannot pickle") as raised:
         Accumulator(givers.rank, 0, lambda a, b: lock and a + b)
+    assert "its combine cannot be pickled" in raised.value.__notes__[0]
