@@ -38,9 +38,10 @@ from .actor import ProcMesh
 from . import _logs
 
 __all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "fetch_shard", "inspect",
-           "remote", "no_mesh", "Stream", "RemoteException"]
+           "remote", "no_mesh", "Stream", "RemoteException", "slice_mesh", "to_mesh"]
 
-_TENSOR_NAMES = {"fetch_shard", "inspect", "remote", "no_mesh", "Stream", "RemoteException"}
+_TENSOR_NAMES = {"fetch_shard", "inspect", "remote", "no_mesh", "Stream", "RemoteException",
+                 "slice_mesh", "to_mesh"}
 
 
 def __getattr__(name):

@@ -285,6 +285,14 @@ def test_slice_mesh_and_to_mesh_hand_shards_to_meshes_of_the_same_procs():
                                   shards_of_x[(1, 1)])
     np.testing.assert_array_equal(fetch_shard(row, tp=1).get(timeout=30).numpy(),
                                   shards_of_x[(1, 1)] + 1)
+    # Monarch's functions, over a pytree: each mesh tensor moved, the rest kept.
+    rows = crown.slice_mesh({"x": x, "label": "dp1"}, dp=1)
+    assert rows["label"] == "dp1" and rows["x"].mesh is procs.slice(dp=1).tensors()
+    np.testing.assert_array_equal(fetch_shard(rows["x"], tp=0).get(timeout=30).numpy(),
+                                  shards_of_x[(1, 0)] + 1)
+    (flat_x,) = crown.to_mesh((x,), flat)
+    np.testing.assert_array_equal(fetch_shard(flat_x, ranks=0).get(timeout=30).numpy(),
+                                  shards_of_x[(0, 0)] + 1)
 
 
 def test_to_mesh_moves_shards_between_procs_by_coordinates_and_broadcasts():

@@ -22,7 +22,7 @@ from ._execute import Context, execute
 from ._local import LocalBackend
 from ._fetch import fetch_shard, inspect
 from ._mesh import Mesh, no_mesh
-from ._tensor import Tensor
+from ._tensor import Tensor, slice_mesh, to_mesh
 from ._remote import Remote, remote
 from ._stream import Stream, main_stream
 from . import _fast_record  # noqa: F401  (the C++ recording path, where there is one)
@@ -46,6 +46,7 @@ from .errors import (
 __all__ = [
     "Backend", "Future", "Call", "Delete", "Reduce", "Context", "execute", "LocalBackend",
     "Mesh", "Tensor", "fetch_shard", "inspect", "no_mesh", "Remote", "remote", "Stream",
+    "slice_mesh", "to_mesh",
     "main_stream", "BorrowedTensorError", "StreamError",
     "CollectiveGradError", "DroppedTensorError", "LocalTensorError", "LocalValueError",
     "MeshMismatchError", "NoMeshError", "RecordError", "ReduceArgumentError",

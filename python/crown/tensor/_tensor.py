@@ -17,6 +17,7 @@ and _fetch through _hooks (see there for the layer's order).
 from typing import Optional, Sequence, Union
 
 import torch
+from torch.utils._pytree import tree_map
 
 from .. import _sent
 from . import _hooks, _mesh
@@ -227,3 +228,15 @@ def _fake_from_meta(meta: tuple) -> torch.Tensor:
     extent = offset + 1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else offset
     with suspended(), fake_mode():
         return torch.empty(extent, dtype=dtype, device=device).as_strided(size, stride, offset)
+
+
+def slice_mesh(tensors, **coords):
+    """Monarch's function: ``t.slice_mesh(**coords)`` for every mesh tensor
+    of the pytree `tensors` (other leaves are kept as they are)."""
+    return tree_map(lambda t: t.slice_mesh(**coords) if isinstance(t, Tensor) else t, tensors)
+
+
+def to_mesh(tensors, mesh):
+    """Monarch's function: ``t.to_mesh(mesh)`` for every mesh tensor of the
+    pytree `tensors` (other leaves are kept as they are)."""
+    return tree_map(lambda t: t.to_mesh(mesh) if isinstance(t, Tensor) else t, tensors)
