@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Type
 
 if TYPE_CHECKING:
-    from ._meshes import ActorMesh
+    from ._meshes import ActorMesh, ProcMesh
     from ._supervision import MeshFailure
 
 
@@ -24,6 +24,11 @@ def _actor():
 def actor_mesh() -> Type[ActorMesh]:
     """crown._meshes.ActorMesh (crown.actor's)."""
     return importlib.import_module("crown._meshes").ActorMesh
+
+
+def proc_mesh() -> Type[ProcMesh]:
+    """crown._meshes.ProcMesh (crown.actor's), for context().actor_instance."""
+    return importlib.import_module("crown._meshes").ProcMesh
 
 
 def unhandled_fault_hook(failure: MeshFailure) -> None:

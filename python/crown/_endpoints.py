@@ -10,9 +10,9 @@ import inspect
 import itertools
 import threading
 import weakref
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
-from . import _context, _crown, _pickle, _protocol
+from . import _actor_shim, _context, _crown, _pickle, _protocol
 from ._values import Point
 
 
@@ -225,19 +225,19 @@ def _entry_error(error: tuple, actor: str, endpoint: str, member: int):
     return ActorError(message, rank=rank, actor=actor, remote_type=kind)
 
 
-_spawning = threading.local()  # .name: the mesh whose actor this thread constructs
+_spawning = threading.local()  # .name, .cls: the mesh whose actor this thread constructs
 
 
 def _construct(name: str, cls: type, /, *args, **kwargs):
     # The spawn payload's "class": crown._runtime.construct calls it on every
     # rank. It keeps the mesh's name on the instance for current_actor_name(),
     # which also works while cls.__init__ runs.
-    outer = getattr(_spawning, "name", None)
-    _spawning.name = name
+    outer = getattr(_spawning, "name", None), getattr(_spawning, "cls", None)
+    _spawning.name, _spawning.cls = name, cls
     try:
         instance = cls(*args, **kwargs)
     finally:
-        _spawning.name = outer
+        _spawning.name, _spawning.cls = outer
     instance.__dict__["_crown_actor_name"] = name
     return instance
 
@@ -298,13 +298,68 @@ def current_actor_name() -> str:
     return f"{name}{current_rank()}"
 
 
+class ActorId(NamedTuple):
+    """Which actor: its mesh's name and its rank (Monarch's actor_id)."""
+    actor_name: str
+    rank: int
+
+    @property
+    def proc_id(self) -> str:
+        return str(self.rank)
+
+    def __str__(self):
+        return f"{self.actor_name}[{self.rank}]"
+
+
+class Instance:
+    """Monarch's ``context().actor_instance``: the actor this code runs for.
+    ``rank`` is its Point in the mesh it was spawned over (as current_rank()),
+    ``proc_mesh`` that ProcMesh, ``proc`` its own process, ``name`` its
+    mesh's name, ``class_name`` its class's qualified name, ``actor_id`` an
+    ActorId; str() is current_actor_name(). ``creator`` (who spawned it) is
+    not recorded yet: None. Outside actors it is the controller's own
+    instance, named "client", at its rank of the world."""
+
+    def __init__(self):
+        here = _context.here()  # also on an actor's loop thread
+        instance = _context.current_instance()
+        if instance is not None:
+            name, cls = instance.__dict__.get("_crown_actor_name"), type(instance)
+        else:  # in cls.__init__, from spawn
+            name, cls = getattr(_spawning, "name", None), getattr(_spawning, "cls", None)
+        if name is None or here is None:
+            name, cls = "client", None
+            shape = Shape([("ranks", _crown.size())])
+            self.rank = Point(_crown.rank(), shape)
+        else:
+            shape = here[1]
+            self.rank = Point(*here)
+        self.name = name
+        self.class_name = "client" if cls is None else f"{cls.__module__}.{cls.__qualname__}"
+        self.proc_mesh = _actor_shim.proc_mesh()(shape)
+        self.actor_id = ActorId(name, self.rank.rank)
+        self.creator = None
+
+    @property
+    def proc(self):
+        """The ProcMesh of just this actor's process."""
+        return self.proc_mesh.slice(**self.rank)
+
+    def __str__(self):
+        return current_actor_name()
+
+    def __repr__(self):
+        return f"Instance({current_actor_name()})"
+
+
 class _Context:
     def __init__(self):
-        self.actor_instance = _context.current_instance()
+        self.actor_instance = Instance()
         self.rank = current_rank()
         self.host = _crown.host()
 
 
 def context() -> _Context:
-    """Where this code runs: ``actor_instance`` (None outside actors), ``rank`` (a Point), ``host``."""
+    """Where this code runs: ``actor_instance`` (an Instance, as Monarch's;
+    outside actors the controller's), ``rank`` (a Point), ``host``."""
     return _Context()

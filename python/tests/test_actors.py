@@ -397,12 +397,38 @@ def test_classes_only_the_controller_has_travel_by_value():
     assert local.hello.call().get().values() == [f"hello from {r}" for r in range(4)]
 
 
+class Introspective(Actor):
+    def __init__(self):
+        from crown.actor import context
+
+        self.at_init = str(context().actor_instance)
+
+    @endpoint
+    def instance(self):
+        from crown.actor import context
+
+        me = context().actor_instance
+        return (me.rank.rank, dict(me.rank), me.name, me.class_name, str(me), self.at_init,
+                me.proc_mesh.sizes, me.proc.shape.ranks(), str(me.actor_id), me.creator)
+
+
 def test_context_outside_and_inside_actors(counters):
     from crown.actor import context
 
     here = context()
-    assert here.actor_instance is None
     assert here.rank.rank == 0
+    client = here.actor_instance  # Monarch's: the controller's own instance
+    assert (client.name, str(client), client.rank.rank) == ("client", "client", 0)
+    assert client.proc.shape.ranks() == [0]
+    mesh = crown.world().slice(procs=slice(2, 4)).spawn("intro", Introspective)
+    got = mesh.slice(procs=1).instance.call_one().get(timeout=30)
+    rank, point, name, class_name, text, at_init, sizes, proc, actor_id, creator = got
+    assert (rank, point, name) == (3, {"hosts": 0, "procs": 1}, "intro")
+    assert class_name.endswith(".Introspective"), class_name
+    assert text == at_init == "intro{'hosts': 0/1, 'procs': 1/2}"  # in __init__ too
+    assert sizes == {"hosts": 1, "procs": 2} and proc == [3]
+    assert (actor_id, creator) == ("intro[3]", None)
+    mesh.stop()
 
 
 def test_a_class_missing_on_other_ranks_is_a_clear_error(faults):
