@@ -161,7 +161,7 @@ def _check_endpoint_kinds(cls: type) -> None:
             (asynchronous if found.is_async else sync).append(name)
     if sync and asynchronous:
         raise MixedEndpointsError(
-            f"{cls.__qualname__} mixes sync and async endpoints (sync: {sync}, async: "
+            f"{cls.__qualname__} mixes both async and sync endpoints (sync: {sync}, async: "
             f"{asynchronous}); as in Monarch, an actor's endpoints must be all sync or all "
             f"async, since a sync endpoint that blocks would stall the async ones: make them "
             f"all async def, or split the actor in two")
