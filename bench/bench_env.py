@@ -44,6 +44,7 @@ def write_results(bench, record):
         "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
     if not out.endswith(".json"):
         out = os.path.join(out, bench + ".json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump(record, f, indent=1)
     print(f"results: {out}")

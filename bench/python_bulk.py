@@ -14,8 +14,6 @@ Run (from the repository root):
 Results: bench/results/python_bulk.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
-import json
-import os
 import platform
 import statistics
 import sys
@@ -52,6 +50,7 @@ ARRAY = np.ones(MIB * (1 << 20) // 8)
 MPI_TIMES = mpi_round_trips(ARRAY)
 
 import crown  # noqa: E402: after the MPI anchor, which must not share MPI with crown's thread
+from bench_env import write_results  # noqa: E402
 from crown.actor import Actor, endpoint  # noqa: E402
 
 
@@ -65,12 +64,6 @@ def summary(times):
     median = statistics.median(times)
     return {"median_ms": median * 1e3, "min_ms": min(times) * 1e3,
             "gbytes_per_s": 2 * ARRAY.nbytes / median / 1e9}
-
-
-def results_path():
-    target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    return target if target.endswith(".json") else os.path.join(target, BENCH + ".json")
 
 
 def main():
@@ -92,10 +85,7 @@ def main():
         print(f"{name:6s} {MIB} MiB round trip: median {s['median_ms']:8.2f} ms  "
               f"min {s['min_ms']:8.2f} ms  {s['gbytes_per_s']:6.2f} GB/s")
     print(f"crown / mpi bandwidth: {result['crown_over_mpi_bandwidth']:.2f}x (goal >= 0.5x)")
-    path = results_path()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as out:
-        json.dump(result, out, indent=2)
+    write_results(BENCH, result)
 
 
 crown.run(main)

@@ -22,7 +22,6 @@ $CROWN_BENCH_RESULTS). Exit code 1 when a check fails.
     mpirun --oversubscribe -n 4 -x PYTHONPATH /usr/bin/python3 bench/python_soak.py
 """
 
-import json
 import os
 import platform
 import random
@@ -30,6 +29,7 @@ import sys
 import time
 
 import crown
+from bench_env import write_results
 from crown.actor import Actor, current_rank, endpoint
 
 BENCH = "python_soak"
@@ -76,12 +76,6 @@ class Member(Actor):
     @endpoint
     def report(self):
         return self.handled, self.out_of_order
-
-
-def results_path():
-    target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    return target if target.endswith(".json") else os.path.join(target, BENCH + ".json")
 
 
 def main():
@@ -166,12 +160,9 @@ def main():
         "rss_samples": [{"messages": n, "seconds": t, "rss_bytes": rss} for n, t, rss in samples],
         "ok": ok,
     }
-    path = results_path()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as out:
-        json.dump(result, out, indent=2)
+    write_results(BENCH, result)
     print(f"python_soak: {'PASS' if ok else 'FAIL'} (zero lost, zero reordered, RSS flat "
-          f"within {RSS_BOUND:.0%} after warm-up); results in {path}")
+          f"within {RSS_BOUND:.0%} after warm-up)")
     if not ok:
         sys.exit(1)
 

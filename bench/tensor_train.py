@@ -33,7 +33,6 @@ Run (from the repository root):
 Results: bench/results/tensor_train.json (or argv[1], or $CROWN_BENCH_RESULTS).
 """
 
-import json
 import os
 import platform
 import statistics
@@ -50,7 +49,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # so its remote function resolves there too).
 from train_tensor_engine import LR, SAMPLES, model, shard_of, shard_shape  # noqa: E402
 
-from bench_env import allocator, launcher, probe  # noqa: E402
+from bench_env import allocator, launcher, probe, write_results  # noqa: E402
 
 BENCH = "tensor_train"
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100
@@ -297,23 +296,16 @@ def main():
               + " MiB, peak " + " ".join(f"{(y - x) / mib:+.2f}" for x, y in
                                          zip(first_s["maxrss"], last_s["maxrss"])) + " MiB")
 
-    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "CROWN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results"))
-    if not out.endswith(".json"):
-        out = os.path.join(out, BENCH + ".json")
-    with open(out, "w") as f:
-        json.dump({"bench": BENCH, "ranks": parts, "host": platform.node(),
-                   "allocator": allocator(), "launcher": launcher(),
-                   "load_at_start": LOAD_AT_START, "load": os.getloadavg()[0],
-                   "torch_threads": torch.get_num_threads(),
-                   "samples": SAMPLES, "steps": STEPS, "rounds": ROUNDS,
-                   "ddp_gloo": DDP,
-                   "crown": dict(run, ddp_over_crown=d / c, recorded_per_step=recorded,
-                                 loss_first=curve[0], loss_last=curve[1]),
-                   "crown_no_reduce": alone,
-                   "memory": {"steps": MEMORY_STEPS, "runs": memories}},
-                  f, indent=1)
-    print(f"results: {out}")
+    write_results(BENCH, {"bench": BENCH, "ranks": parts, "host": platform.node(),
+                          "allocator": allocator(), "launcher": launcher(),
+                          "load_at_start": LOAD_AT_START, "load": os.getloadavg()[0],
+                          "torch_threads": torch.get_num_threads(),
+                          "samples": SAMPLES, "steps": STEPS, "rounds": ROUNDS,
+                          "ddp_gloo": DDP,
+                          "crown": dict(run, ddp_over_crown=d / c, recorded_per_step=recorded,
+                                        loss_first=curve[0], loss_last=curve[1]),
+                          "crown_no_reduce": alone,
+                          "memory": {"steps": MEMORY_STEPS, "runs": memories}})
 
 
 crown.run(main)
