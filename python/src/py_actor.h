@@ -17,7 +17,6 @@
 
 #include "crown/actor/actor.h"
 #include "crown/common/error.h"
-#include "crown/wire/serialize.h"
 
 namespace crown::python {
 
