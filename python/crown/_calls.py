@@ -49,10 +49,6 @@ class EndpointRef:
         every adverb sends it (one encoding, direct or cast); a ported
         endpoint's port goes first, before the caller's arguments. Raises
         before anything is sent (what pickling raised, with a note)."""
-        if self._ported and adverb == "accumulate":
-            raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
-                            f"concurrent_endpoint): an Accumulator cannot fold its replies; "
-                            f"use call()")
         call = (self._name, args if port is None else (port, *args), kwargs)
         try:
             return _pickle.dumps_parts(call)
@@ -147,10 +143,14 @@ class EndpointRef:
         Iterator[Future]): the k-th future's get() gives the k-th reply to
         arrive, or raises that member's error; ``get(timeout)`` raises
         TimeoutError when it has not come, and can be tried again."""
+        return self._stream(args, kwargs, "stream")
+
+    def _stream(self, args, kwargs, adverb: str) -> Iterator[Future]:
+        """stream(), for an adverb built on it (Accumulator's accumulate)."""
         mesh = self._mesh
         replies = self._replies(mesh._shape.ranks())
         with _sent.collecting() as sent:
-            parts = self._message(args, kwargs, "stream", replies and replies.port)
+            parts = self._message(args, kwargs, adverb, replies and replies.port)
         pending = _crown.cast_stream(mesh._shape, mesh._local, *parts)
         _hold_until_handled(sent, mesh)
         if replies is not None:  # each member's reply comes through the port
@@ -219,20 +219,41 @@ class _Arrivals:
 
 
 class Accumulator:
-    """Calls an endpoint on every actor and folds the replies up the cast tree:
+    """Folds an endpoint's replies into one value, as Monarch's does:
     ``Accumulator(counters.value, 0, operator.add).accumulate().get()``.
 
-    Each hop of the tree folds the replies of its subtree with ``combine``
-    (which travels pickled with the cast, by value when it must), so the
-    caller receives one value, not one per actor. ``combine`` must be
-    associative and commutative (replies fold in arrival order);
-    ``identity`` is folded in once, on the caller: ``combine(identity,
-    folded)``. An endpoint or a combine that raises fails the result with
-    MeshError naming the ranks whose replies could not be folded, with the
-    error and its traceback."""
+    ``accumulate(*args, **kwargs)`` calls ``endpoint.stream(*args,
+    **kwargs)`` at once and folds the replies from the left in the order
+    they arrive, ``combine(...combine(combine(identity, r0), r1)..., rn)``:
+    ``combine`` takes the value so far and one reply, so the two may differ
+    in type, and an empty stream gives ``identity``. A member's failure, or
+    an exception of ``combine``, is what the Future's get() raises. Any
+    object with a ``stream`` method folds (a fake endpoint in a test too),
+    and endpoints that reply through a port do.
 
-    def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any]):
+    ``in_tree=True`` (crown's) folds up the cast tree instead: each hop folds
+    the replies of its subtree with ``combine`` (which travels pickled with
+    the cast, by value when it must), so the caller receives one value, not
+    one per actor. ``combine`` must then take two replies, be associative and
+    commutative (replies fold in arrival order), and pickle (TypeError here
+    otherwise); ``identity`` is folded in once, on the caller:
+    ``combine(identity, folded)``. An endpoint or a combine that raises fails
+    the result with MeshError naming the ranks whose replies could not be
+    folded, with the error and its traceback."""
+
+    def __init__(self, endpoint_ref: EndpointRef, identity, combine: Callable[[Any, Any], Any],
+                 *, in_tree: bool = False):
         self._endpoint, self._identity, self._combine = endpoint_ref, identity, combine
+        self._key = None
+        if not in_tree:
+            return
+        if not isinstance(endpoint_ref, EndpointRef):
+            raise TypeError(f"Accumulator(in_tree=True) folds up the cast tree of an actor "
+                            f"mesh's endpoint (mesh.endpoint_name), not {endpoint_ref!r}")
+        if endpoint_ref._ported:
+            raise TypeError(f"{endpoint_ref._name} replies through a port "
+                            f"(explicit_response_port or concurrent_endpoint): the cast tree "
+                            f"cannot fold its replies; leave out in_tree=True")
         try:
             self._key = _protocol.reducer_key(combine)
         except Exception as e:  # noqa: BLE001 - pickling fails in many types
@@ -241,6 +262,16 @@ class Accumulator:
             raise
 
     def accumulate(self, *args, **kwargs) -> Future:
+        if self._key is not None:
+            return self._in_tree(args, kwargs)
+        ref = self._endpoint
+        if isinstance(ref, EndpointRef):  # a failure to send names accumulate()
+            replies = ref._stream(args, kwargs, "accumulate")
+        else:
+            replies = ref.stream(*args, **kwargs)
+        return Future(_Fold(replies, self._identity, self._combine).wait)
+
+    def _in_tree(self, args, kwargs) -> Future:
         ref = self._endpoint
         mesh = ref._mesh
         with _sent.collecting() as sent:
@@ -253,6 +284,30 @@ class Accumulator:
             return self._combine(self._identity, _pickle.loads(outcome[1:]))
 
         return Future(wait)
+
+
+class _Fold:
+    """accumulate()'s fold over a stream of futures, from the left. A get
+    that times out keeps what is folded so far and the reply it waits for;
+    the next get goes on from there (the Future's lock keeps gets apart)."""
+
+    _END = object()
+
+    def __init__(self, replies, identity, combine):
+        self._replies, self._value, self._combine = iter(replies), identity, combine
+        self._waiting = None  # the reply's future being waited on
+
+    def wait(self, timeout: Optional[float]):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._waiting is None:
+                self._waiting = next(self._replies, self._END)
+            if self._waiting is self._END:
+                return self._value
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            reply = self._waiting.get(left)  # TimeoutError: tried again later
+            self._waiting = None
+            self._value = self._combine(self._value, reply)
 
 
 def _hold_until_handled(sent: List[Any], mesh) -> None:

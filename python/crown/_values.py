@@ -5,10 +5,13 @@ coordinates; and what a mesh and its ValueMeshes share, slicing."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import operator
 import threading
-from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
+from typing import (Any, Callable, Coroutine, Dict, Generic, Iterator, List, Optional, Tuple,
+                    TypeVar)
 
-from . import _crown
+from . import _crown, _shape  # noqa: F401 - _shape gives every Shape Monarch's methods
 
 
 R = TypeVar("R")
@@ -19,11 +22,27 @@ Shape = _crown.Shape
 
 class Future(Generic[R]):
     """A result to come: ``get(timeout=None)``, or ``await future``. A get
-    that times out (TimeoutError) leaves it pending: get again later."""
+    that times out (TimeoutError) leaves it pending: get again later.
+
+    crown's calls make them; a program makes one of a coroutine as Monarch's
+    do, ``Future(coro=main())`` or ``Future._from_coro(main())``: the
+    coroutine runs once, at the first get() (on a loop of its own) or await
+    (on the awaiting loop), and every get and await has its outcome."""
 
     _mesh: Optional["Future"] = None  # call()'s: the ValueMesh with errors in place
+    _run: Optional["_CoroutineRun"] = None  # Future(coro=...)'s
 
-    def __init__(self, wait: Callable[[Optional[float]], Any]):
+    def __init__(self, wait: Optional[Callable[[Optional[float]], Any]] = None, *,
+                 coro: Optional[Coroutine[Any, Any, R]] = None):
+        if coro is not None:
+            if wait is not None:
+                raise TypeError("Future takes a coroutine (coro=) or crown's wait function, "
+                                "not both")
+            self._run = _CoroutineRun(coro)
+            wait = self._run.wait
+        elif wait is None:
+            raise TypeError("Future objects are returned by Monarch operations and cannot be "
+                            "constructed directly; Future(coro=...) runs a coroutine")
         self._wait = wait
         self._lock = threading.Lock()
         self._done = False
@@ -54,9 +73,80 @@ class Future(Generic[R]):
                             "Future holds a single result")
         return self._mesh.get(timeout)
 
+    @classmethod
+    def _from_coro(cls, coro: Coroutine[Any, Any, R]) -> "Future[R]":
+        """Monarch's constructor: the Future of a coroutine, ``Future(coro=coro)``."""
+        return cls(coro=coro)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """What get() raises, or None when it returns (Monarch's); waits as get() does."""
+        try:
+            self.get(timeout)
+            return None
+        except TimeoutError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the outcome itself
+            return e
+
     def __await__(self):
+        if self._run is not None and self._run.claim():  # runs here, on the awaiting loop
+            return self._run.drive().__await__()
+        return self.as_asyncio().__await__()
+
+    def as_asyncio(self) -> "asyncio.Future[R]":
+        """An asyncio.Future of the running loop that resolves as this does."""
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(None, self.get).__await__()
+        return loop.run_in_executor(None, self.get)
+
+
+class _CoroutineRun:
+    """Future(coro=...)'s coroutine, run exactly once: by the first await, on
+    the awaiting loop, or by the first get(), on this thread's own loop when
+    it has none running and no timeout is asked, else on a thread of its own.
+    A get that times out leaves it running."""
+
+    def __init__(self, coro):
+        if not inspect.isawaitable(coro):
+            raise TypeError(f"Future(coro=...) takes a coroutine, not {type(coro).__name__}")
+        self._coro = coro
+        self._claimed = False
+        self._claim_lock = threading.Lock()
+        self._finished = threading.Event()
+        self._value = None
+        self._error: Optional[BaseException] = None
+
+    def claim(self) -> bool:
+        """True for the one caller that is to run the coroutine."""
+        with self._claim_lock:
+            claimed, self._claimed = self._claimed, True
+            return not claimed
+
+    async def _run(self) -> None:
+        try:
+            self._value = await self._coro
+        except BaseException as e:  # noqa: BLE001 - every waiter sees it
+            self._error = e
+        finally:
+            self._coro = None
+            self._finished.set()
+
+    async def drive(self):
+        """Runs the coroutine on the awaiting loop; its outcome."""
+        await self._run()
+        return self.wait(0)
+
+    def wait(self, timeout: Optional[float]):
+        if self.claim():
+            if timeout is None and asyncio._get_running_loop() is None:
+                asyncio.run(self._run())
+            else:
+                threading.Thread(target=asyncio.run, args=(self._run(),), daemon=True,
+                                 name="crown-future-coro").start()
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"the Future's coroutine did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _first_failure(mesh: "ValueMesh", failed: List[Tuple[int, BaseException]]) -> BaseException:
@@ -124,8 +214,17 @@ class _Sliceable:
     def sizes(self) -> Dict[str, int]:
         return dict(self._shape.sizes)
 
-    def size(self, dim: Optional[str] = None) -> int:
-        return len(self._shape) if dim is None else self._shape.size(dim)
+    def size(self, dim=None) -> int:
+        """How many members: all (no dim), of one dimension, or the product of
+        several (a sequence of labels); KeyError for a label it has not."""
+        if dim is None:
+            return len(self._shape)
+        total = 1
+        for label in ([dim] if isinstance(dim, str) else dim):
+            if label not in self._shape.labels:
+                raise KeyError(f"{self._shape} does not have dimension {label!r}")
+            total *= self._shape.size(label)
+        return total
 
     def __len__(self):
         return len(self._shape)
@@ -149,8 +248,25 @@ class _Sliceable:
         return self._with(Shape.of_ranks("ranks", live))
 
     def slice(self, **dims):
-        """``slice(procs=0)`` removes a dimension, ``slice(procs=slice(0, 4, 2))`` keeps it."""
-        return self._with(self._shape.select(dims))
+        """``slice(procs=0)`` removes a dimension, ``slice(procs=slice(0, 4, 2))``
+        keeps it, restricted (every other label too), as Monarch's
+        MeshTrait.slice, one dimension after another: TypeError for a label
+        the mesh has not, IndexError for an index outside its dimension, and
+        Shape.select's ValueError for a slice that selects nothing there."""
+        shape = self._shape
+        for label, selector in dims.items():
+            if label not in shape.labels:
+                raise TypeError(f"Shape does not have dimension labeled {label!r} "
+                                f"(its dimensions: {shape.labels})")
+            if isinstance(selector, slice):
+                shape = shape.select(label, selector)
+                continue
+            index, size = operator.index(selector), shape.size(label)
+            if not 0 <= index < size:
+                raise IndexError(f"index out of range: {label}={index} in a dimension of size "
+                                 f"{size}")
+            shape = shape.at(label, index)
+        return self._with(shape)
 
     def flatten(self, name: str):
         return self._with(self._shape.flatten(name))

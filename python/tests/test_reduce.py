@@ -1,8 +1,9 @@
-"""Accumulator over the cast tree under mpirun -n 4 with CROWN_CAST_FANOUT=1
-(a chain: the controller sends to rank 0, rank 0 forwards to 1, 1 to 2, 2 to
-3), so ranks 1 and 2 fold too: every hop folds with the user's
-combine function, the identity is folded once, and a combine or an endpoint
-that raises fails the result with MeshError naming the rank."""
+"""Accumulator(..., in_tree=True) over the cast tree under mpirun -n 4 with
+CROWN_CAST_FANOUT=1 (a chain: the controller sends to rank 0, rank 0
+forwards to 1, 1 to 2, 2 to 3), so ranks 1 and 2 fold too: every hop folds
+with the user's combine function, the identity is folded once, and a
+combine or an endpoint that raises fails the result with MeshError naming
+the rank. (Without in_tree, Monarch's fold over stream(): test_accumulate.py.)"""
 
 import functools
 import operator
@@ -12,6 +13,8 @@ import pytest
 import crown
 from crown import _crown
 from crown.actor import Accumulator, Actor, MeshError, current_rank, endpoint
+
+InTree = functools.partial(Accumulator, in_tree=True)
 
 
 class Giver(Actor):
@@ -53,18 +56,18 @@ def givers():
 
 def test_sum_and_max_of_tuples_match_a_fold_on_the_controller(givers):
     ranks = givers.rank.call().get(timeout=30).values()
-    assert Accumulator(givers.rank, 0, operator.add).accumulate().get(timeout=30) == sum(ranks)
+    assert InTree(givers.rank, 0, operator.add).accumulate().get(timeout=30) == sum(ranks)
     pairs = givers.pair.call().get(timeout=30).values()
     expected = functools.reduce(max, pairs, (-1, -1))
-    assert Accumulator(givers.pair, (-1, -1), max).accumulate().get(timeout=30) == expected
+    assert InTree(givers.pair, (-1, -1), max).accumulate().get(timeout=30) == expected
     assert expected == (1, 3)
     # A lambda travels by value (cloudpickle) to every hop.
-    lists = Accumulator(givers.as_list, [], lambda a, b: a + b).accumulate().get(timeout=30)
+    lists = InTree(givers.as_list, [], lambda a, b: a + b).accumulate().get(timeout=30)
     assert sorted(lists) == [0, 1, 2, 3]
 
 
 def test_hops_fold_and_the_identity_is_folded_once(givers):
-    total = Accumulator(givers.as_list, ["identity"], concat_noting_where).accumulate().get(
+    total = InTree(givers.as_list, ["identity"], concat_noting_where).accumulate().get(
         timeout=30)
     values = sorted(v for v in total if isinstance(v, int))
     folds = [where for tag, where in (v for v in total if isinstance(v, tuple))]
@@ -77,7 +80,7 @@ def test_hops_fold_and_the_identity_is_folded_once(givers):
 
 def test_a_raising_combine_is_a_mesh_error_naming_the_rank(givers):
     with pytest.raises(MeshError) as raised:
-        Accumulator(givers.rank, 0, refuse_three).accumulate().get(timeout=30)
+        InTree(givers.rank, 0, refuse_three).accumulate().get(timeout=30)
     error = raised.value
     # Which member is named depends on arrival order at the hops (whose reply
     # met the partial value holding 3), so: some, each with the combine's error.
@@ -89,15 +92,15 @@ def test_a_raising_combine_is_a_mesh_error_naming_the_rank(givers):
     assert "ZeroDivisionError" in str(error)
     assert "raise ZeroDivisionError" in str(error)  # the traceback
     # Nothing crashed: the same mesh folds again.
-    assert Accumulator(givers.rank, 0, operator.add).accumulate().get(timeout=30) == 6
+    assert InTree(givers.rank, 0, operator.add).accumulate().get(timeout=30) == 6
 
 
 def test_a_raising_endpoint_is_a_mesh_error_naming_its_rank(givers):
     with pytest.raises(MeshError) as raised:
-        Accumulator(givers.fail_on, 0, operator.add).accumulate(2).get(timeout=30)
+        InTree(givers.fail_on, 0, operator.add).accumulate(2).get(timeout=30)
     assert [rank for rank, _ in raised.value.failures] == [2]
     assert "nothing for rank 2" in str(raised.value)
-    assert Accumulator(givers.fail_on, 0, operator.add).accumulate(7).get(timeout=30) == 4
+    assert InTree(givers.fail_on, 0, operator.add).accumulate(7).get(timeout=30) == 4
 
 
 def test_a_combine_that_cannot_travel_fails_before_sending(givers):
@@ -105,5 +108,5 @@ def test_a_combine_that_cannot_travel_fails_before_sending(givers):
 
     lock = threading.Lock()
     with pytest.raises(TypeError, match="cannot pickle") as raised:
-        Accumulator(givers.rank, 0, lambda a, b: lock and a + b)
+        InTree(givers.rank, 0, lambda a, b: lock and a + b)
     assert "its combine cannot be pickled" in raised.value.__notes__[0]
