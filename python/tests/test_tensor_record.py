@@ -627,8 +627,10 @@ def test_remote_callable_and_dotted_path(mesh):
         torch.testing.assert_close(inspect(s, **cc), xs * 3)
         torch.testing.assert_close(inspect(b, **cc), xs[2:])
         torch.testing.assert_close(inspect(c, **cc), xs[:2] * 3)
-    with pytest.raises(ValueError, match="module level"):
-        remote(lambda x: x)
+    by_value = remote(lambda x: x * 2)  # not importable by path: cloudpickled, as in Monarch
+    with mesh.activate():
+        twice = by_value(x)
+    torch.testing.assert_close(inspect(twice), inspect(x) * 2)
 
 
 def test_remote_cached_and_inspect_propagation(mesh, tmp_path):
@@ -670,13 +672,16 @@ def test_no_mesh_runs_locally(mesh):
     b = mesh.backend
     with mesh.activate():
         x = torch.ones(2)
-        n = b.commands + len(b.pending)
+        n = b.commands  # every command recorded so far
         with no_mesh:
             local = torch.ones(2) * 3
-            with pytest.raises(NoMeshError):
-                x + 1
-        assert type(local) is torch.Tensor and b.commands + len(b.pending) == n
+            assert type(local) is torch.Tensor and b.commands == n
+            y = x + 1  # a mesh tensor's op records on its own mesh, as in Monarch
+            assert b.commands == n + 1
+            with pytest.raises(NoMeshError, match="inside no_mesh"):
+                remote(helpers.make_ones)(2)  # nothing to take a mesh from
         assert isinstance(torch.ones(1), ct.Tensor)  # recording again
+    torch.testing.assert_close(inspect(y), torch.full((2,), 2.0))
 
 
 # --- lifetime -------------------------------------------------------------------------

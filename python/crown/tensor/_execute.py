@@ -3,9 +3,11 @@ op with real torch on this rank's shard. Pure: it touches nothing but its
 arguments (and torch's generator, for random ops).
 
 A blob is pickle.dumps((spec, args, kwargs, picks)):
-  spec: "ns::name.overload" for a torch op (resolved through torch.ops), or a
-    dotted path "pkg.mod.func" for a remote function (imported); a function
-    marked with wants_context gets the context as its first argument.
+  spec: "ns::name.overload" for a torch op (resolved through torch.ops), a
+    dotted path "pkg.mod.func" for a remote function the workers import, or
+    a ByValue for one they cannot (a closure, a lambda, a function of
+    __main__): the function itself, cloudpickled; a function marked with
+    wants_context gets the context as its first argument.
   args, kwargs: the arguments, with Input(i) standing for inputs[i].
   picks: for each result ref of the Call, in order: p >= 0 is position p of
     the flattened output (torch.utils._pytree order); p < 0 is input -p-1
@@ -17,6 +19,7 @@ import pickle
 import traceback
 from typing import Any, Callable, Dict, List, Tuple
 
+import cloudpickle
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -44,6 +47,24 @@ def wants_context(fn: Callable) -> Callable:
     return fn
 
 
+class ByValue(str):
+    """A remote function's spec when it travels by value: the str is its
+    name (module.qualname), for error messages and RemoteException.op;
+    .data is the function, cloudpickled once by the controller's Remote.
+    Each worker process unpickles one data once (resolve's cache)."""
+
+    def __new__(cls, name: str, data: bytes):
+        self = super().__new__(cls, name)
+        self.data = data
+        return self
+
+    def __reduce__(self):
+        return (ByValue, (str(self), self.data))
+
+    def __repr__(self) -> str:
+        return f"ByValue({str(self)!r}, {len(self.data)} bytes)"
+
+
 def encode(spec: str, args, kwargs, picks: List[int]) -> bytes:
     return pickle.dumps((spec, args, kwargs, picks), protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -53,10 +74,16 @@ def op_name(blob: bytes) -> str:
 
 
 _resolved: Dict[str, Tuple[Callable, bool]] = {}
+# ByValue.data -> (callable, takes_context): keyed by the pickle, not the
+# name, which two closures of one function share.
+_by_value: Dict[bytes, Tuple[Callable, bool]] = {}
+_BY_VALUE_LIMIT = 1024
 
 
 def resolve(spec: str) -> Tuple[Callable, bool]:
     """(callable, takes_context) for an op spec; cached."""
+    if type(spec) is ByValue:
+        return _resolve_by_value(spec)
     hit = _resolved.get(spec)
     if hit is not None:
         return hit
@@ -74,6 +101,17 @@ def resolve(spec: str) -> Tuple[Callable, bool]:
     return hit
 
 
+def _resolve_by_value(spec: ByValue) -> Tuple[Callable, bool]:
+    hit = _by_value.get(spec.data)
+    if hit is None:
+        fn = cloudpickle.loads(spec.data)
+        hit = (fn, bool(getattr(fn, "_crown_context", False)))
+        if len(_by_value) >= _BY_VALUE_LIMIT:
+            _by_value.clear()
+        _by_value[spec.data] = hit
+    return hit
+
+
 def _import_path(path: str):
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
@@ -86,7 +124,10 @@ def _import_path(path: str):
                 obj = getattr(obj, attr)
         except AttributeError:
             continue
-        return obj
+        # A module-level @remote leaves its Remote under the function's name:
+        # the function is what runs here.
+        impl = getattr(obj, "_remote_impl", None)
+        return obj if impl is None else impl
     raise ImportError(f"cannot resolve the function {path!r} on this worker: "
                       "remote functions must be importable by module path")
 
@@ -98,8 +139,9 @@ class _Decoded:
 
     def __init__(self, blob: bytes):
         self.spec = "<undecodable blob>"
-        self.spec, self.args, self.kwargs, self.picks = pickle.loads(blob)
-        self.fn, self.takes_context = resolve(self.spec)
+        spec, self.args, self.kwargs, self.picks = pickle.loads(blob)
+        self.spec = str(spec)  # a ByValue's name: what errors report
+        self.fn, self.takes_context = resolve(spec)
         # The common case: placeholders only among the top-level positional
         # arguments, which a list assignment fills (no pytree walk per op).
         self.slots = None

@@ -1,16 +1,20 @@
 """Collectives and fetches recorded on mesh tensors: Tensor.reduce(_) and
-crown.fetch_shard / crown.inspect.
+crown.fetch_shard / crown.inspect (Monarch's signatures: a pytree, a shard
+dict and keyword coordinates).
 
 In the recording layer it sits on _mesh and _tensor; Tensor.reduce(_)
 calls reduce() through _hooks (see there for the layer's order)."""
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional
+
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _hooks, _mesh, _tensor
 from ._commands import REDUCTIONS, Reduce
-from .errors import (CollectiveGradError, DroppedTensorError, MeshMismatchError, NoMeshError,
+from .errors import (CollectiveGradError, DroppedTensorError, MeshMismatchError,
                      ReduceArgumentError)
 
 
@@ -20,8 +24,6 @@ def reduce(t: _tensor.Tensor, dims, reduction: str, scatter: bool,
     if t._ref is None:
         raise DroppedTensorError(f"{name}: the tensor (made at {t._location}) was dropped at "
                                  f"{getattr(t, '_drop_location', '?')}")
-    if _mesh._no_mesh_depth:
-        raise NoMeshError(f"{name}: a mesh tensor cannot be reduced inside no_mesh")
     mesh = t._mesh
     active = _mesh._active[-1] if _mesh._active else None
     if active is not None and active is not mesh:
@@ -77,11 +79,28 @@ def reduce(t: _tensor.Tensor, dims, reduction: str, scatter: bool,
 # --- fetching --------------------------------------------------------------------
 
 
-def fetch_shard(t: _tensor.Tensor, **coords: int):
-    """A Future of t's shard at the mesh coordinates (a missing label counts
-    as 0); .get() gives a torch.Tensor or raises RemoteException."""
-    if not isinstance(t, _tensor.Tensor):
-        raise TypeError(f"fetch_shard: expected a mesh tensor, got {type(t).__name__}")
+def fetch_shard(obj, shard: Optional[Dict[str, int]] = None, **coords: int):
+    """A Future of the shard at the mesh coordinates (a missing label counts
+    as 0) of each mesh tensor in obj, a mesh tensor or a pytree of them
+    (other leaves come back as they are), as in Monarch: ``shard`` is a dict
+    of coordinates, to which keyword coordinates add. .get() gives a
+    torch.Tensor (or the pytree of them) or raises RemoteException. Each
+    tensor is fetched from its own mesh, whatever mesh is active (no_mesh
+    included)."""
+    if shard:
+        coords = {**shard, **coords}
+    if isinstance(obj, _tensor.Tensor):
+        return _fetch_one(obj, coords)
+    leaves, tree = tree_flatten(obj)
+    if not any(isinstance(v, _tensor.Tensor) for v in leaves):
+        raise TypeError(f"fetch_shard: expected a mesh tensor or a pytree holding one, got "
+                        f"{type(obj).__name__}")
+    futures = {i: _fetch_one(v, coords) for i, v in enumerate(leaves)
+               if isinstance(v, _tensor.Tensor)}
+    return _TreeFuture(leaves, futures, tree)
+
+
+def _fetch_one(t: _tensor.Tensor, coords: Dict[str, int]):
     if t._ref is None:
         raise DroppedTensorError(f"fetch_shard: the tensor (made at {t._location}) was dropped")
     mesh = t._mesh
@@ -90,9 +109,26 @@ def fetch_shard(t: _tensor.Tensor, **coords: int):
     return mesh.backend.fetch(t._ref, rank)
 
 
-def inspect(t: _tensor.Tensor, **coords: int) -> torch.Tensor:
-    """t's shard at the mesh coordinates, on the controller (waits)."""
-    return fetch_shard(t, **coords).get()
+class _TreeFuture:
+    """fetch_shard of a pytree: each of its tensors' futures, got in order."""
+
+    def __init__(self, leaves: List[Any], futures: Dict[int, Any], tree):
+        self._leaves = leaves
+        self._futures = futures  # leaf index -> the Future of that tensor's shard
+        self._tree = tree
+
+    def get(self, timeout: Optional[float] = None):
+        values = list(self._leaves)
+        for i, future in self._futures.items():
+            values[i] = future.get(timeout)
+        return tree_unflatten(values, self._tree)
+
+    result = get
+
+
+def inspect(obj, shard: Optional[Dict[str, int]] = None, **coords: int):
+    """fetch_shard(obj, shard, **coords).get(): on the controller (waits)."""
+    return fetch_shard(obj, shard, **coords).get()
 
 
 _hooks.reduce = reduce  # Tensor.reduce and reduce_ call it through _hooks

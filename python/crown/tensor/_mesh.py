@@ -119,7 +119,13 @@ class StreamBase:
 MAIN_STREAM = StreamBase(0, "main")
 _stream_now: StreamBase = MAIN_STREAM  # Stream.activate() sets it
 
-_active: List["Mesh"] = []  # the activate() stack
+# The activate() stack, as Monarch's: a mesh per `with mesh.activate():`,
+# None per `with no_mesh:`; the innermost is the ambient mesh, which an op
+# records on only when none of its arguments is a mesh tensor.
+_active: List[Optional["Mesh"]] = []
+# 1 while no_mesh is the innermost (_active[-1] is None), else 0 (the name
+# is older: tensor_fast_record.cpp reads it): the fast paths then leave the
+# op to _op_cache.dispatch.
 _no_mesh_depth = 0
 _mode: Optional[Union["_MeshMode", "_DirectMode"]] = None  # set once, by the outermost activate()
 
@@ -219,8 +225,9 @@ class _Activation:
         self.mesh = mesh
 
     def __enter__(self) -> Mesh:
-        global _mode
+        global _mode, _no_mesh_depth
         _active.append(self.mesh)
+        _no_mesh_depth = 0
         if _mode is None:
             # Straight into torch when no other TorchDispatchMode is active;
             # beneath one, on its stack.
@@ -236,7 +243,8 @@ class _Activation:
     def __exit__(self, *exc) -> None:
         global _mode
         _active.pop()
-        if not _active and _mode is not None:
+        _innermost_changed()
+        if _mode is not None and not any(m is not None for m in _active):
             mode, _mode = _mode, None
             if type(mode) is _DirectMode:
                 mode.off()
@@ -245,21 +253,30 @@ class _Activation:
         self.mesh.flush()
 
 
+def _innermost_changed() -> None:
+    global _no_mesh_depth
+    _no_mesh_depth = 1 if _active and _active[-1] is None else 0
+
+
 class _NoMesh:
-    """`with no_mesh:` (or `with no_mesh.activate():`): torch code runs locally
-    on the controller, unrecorded, even inside a mesh's activate(); mesh
-    tensors cannot be used there."""
+    """`with no_mesh:` (or `with no_mesh.activate():`): no ambient mesh, as
+    in Monarch. Torch code on local tensors runs locally on the controller,
+    unrecorded, even inside a mesh's activate(); an op on mesh tensors still
+    records on their own mesh (`float(inspect(loss.detach()))`); a
+    factory or a remote function with no mesh tensor argument has no mesh
+    (NoMeshError). A mesh's activate() inside it makes that mesh ambient again."""
 
     def activate(self) -> "_NoMesh":
         return self
 
     def __enter__(self) -> None:
         global _no_mesh_depth
-        _no_mesh_depth += 1
+        _active.append(None)
+        _no_mesh_depth = 1
 
     def __exit__(self, *exc) -> None:
-        global _no_mesh_depth
-        _no_mesh_depth -= 1
+        _active.pop()
+        _innermost_changed()
 
     def __repr__(self) -> str:
         return "crown.no_mesh"

@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _hooks, _known, _mesh, _native, _record, _tensor
 from ._commands import Call
-from .errors import LocalValueError, NoMeshError
+from .errors import LocalValueError
 
 
 # --- recording ---------------------------------------------------------------------
@@ -270,12 +270,11 @@ def dispatch(func, args, kwargs):
     if info.kind == _PASS:
         return func(*args, **kwargs)
     if _mesh._no_mesh_depth:
-        for a in tree_flatten((args, kwargs))[0]:
-            if isinstance(a, _tensor.Tensor):
-                raise NoMeshError(
-                    f"{info.spec}: a mesh tensor ({a!r}) was used inside no_mesh, where "
-                    "torch code runs locally; fetch it first with crown.inspect(t)")
-        return func(*args, **kwargs)
+        # No ambient mesh: local code runs here; an op on mesh tensors records
+        # on their mesh, as outside activate() (Monarch takes an op's mesh from
+        # its tensors).
+        if not any(isinstance(a, _tensor.Tensor) for a in tree_flatten((args, kwargs))[0]):
+            return func(*args, **kwargs)
     if info.kind == _VALUE and any(isinstance(a, _tensor.Tensor)
                                    for a in tree_flatten((args, kwargs))[0]):
         known = _known._known_values(args, kwargs)

@@ -122,7 +122,10 @@ def record(spec: str, fake_fn: Callable, args, kwargs, *, written=None, lift: bo
     if mesh is None:
         mesh = active
         if mesh is None:
-            raise NoMeshError(f"{spec}: no mesh to record on; call it inside `with mesh.activate():`")
+            where = "inside no_mesh" if _mesh._no_mesh_depth else "outside activate()"
+            raise NoMeshError(
+                f"{spec}: no mesh to record on: no argument is a mesh tensor, and it was called "
+                f"{where}; call it inside `with mesh.activate():`")
     elif active is not None and active is not mesh:
         raise MeshMismatchError(
             f"{spec}: its tensors live on {mesh} but {active} is active; "

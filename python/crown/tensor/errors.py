@@ -37,7 +37,8 @@ class LocalValueError(RecordError, RuntimeError):
 
 
 class NoMeshError(RecordError, RuntimeError):
-    """No mesh to record on (a factory outside activate()), or a mesh tensor inside no_mesh."""
+    """No mesh to record on: a factory or a remote function with no mesh
+    tensor argument, outside activate() or inside no_mesh."""
 
 
 class StreamError(RecordError, RuntimeError):
