@@ -11,13 +11,19 @@ owner's actors or the controller::
     class Trainer(Actor):
         @endpoint
         def publish(self):
-            self.buffer = RDMABuffer(self.weights.view(-1))
-            return self.buffer                     # a handle, not the bytes
+            return RDMABuffer(self.weights.view(-1))  # a handle, not the bytes
 
     class Generator(Actor):
         @endpoint
-        def pull(self, handle):
-            handle.read_into(self.weights.view(-1)).get()
+        async def pull(self, handle):
+            await handle.read_into(self.weights.view(-1))
+
+A buffer lives until ``drop()`` (from any process), the stop of the actor
+that created it, or the end of its process: the registration holds the
+tensor, so the owner need keep nothing. A transfer starts when its future
+is awaited or ``get()`` is called, as Monarch's do (a write waited on before
+a read of the same memory is seen by the read); to run many at once, await
+them together (``asyncio.gather``) or batch them in one :class:`RDMAAction`.
 
 A buffer takes a torch tensor (CPU or CUDA), a numpy array or a memoryview,
 1-D and contiguous (``t.view(-1)`` or ``t.view(torch.uint8)`` of a contiguous
@@ -117,21 +123,10 @@ def _memory(obj, what: str) -> Tuple[int, int, bool, bool]:
                      "memoryview")
 
 
-# Buffers garbage-collected without drop(): their memory stays alive here
-# until the owner has detached it (no transfer can touch it then).
-_retiring: List[Tuple[Any, Any]] = []
-_retiring_lock = threading.Lock()
-
-
-def _prune_retiring():
-    with _retiring_lock:
-        _retiring[:] = [(f, keep) for f, keep in _retiring if not f.done()]
-
-
-# The local memory of transfers not yet ended, kept alive here even when
-# the caller drops its future: MPI may still write into (or read from) it
-# until the transfer's C++ future is done, which it is only once MPI has let
-# go of every byte (after a timeout too).
+# The local memory of transfers started and not yet ended, kept alive here
+# even when the caller drops its future: MPI may still write into (or read
+# from) it until the transfer's C++ future is done, which it is only once
+# MPI has let go of every byte (after a timeout too).
 _transfers: List[Tuple[Any, Any]] = []
 _transfers_lock = threading.Lock()
 
@@ -143,15 +138,19 @@ def _track_transfers(started):
 
 
 class RDMABuffer:
-    """Memory of this process that other processes may read and write."""
+    """Memory of this process that other processes may read and write.
+
+    The registration holds ``data`` (the tensor, array or memoryview) until
+    it ends: ``drop()`` from any process, the stop of the actor that created
+    it, or the end of its process. Nothing else ends it: an endpoint may
+    ``return RDMABuffer(t)`` and keep nothing, and the buffer (and ``t``'s
+    memory) stays readable until someone drops it."""
 
     def __init__(self, data):
         address, size, read_only, on_gpu = _memory(data, "RDMABuffer")
         if size == 0:
             raise ValueError("Cannot create an RDMABuffer of size 0")
-        _prune_retiring()
-        self._handle = _crown.RdmaHandle(address, size, read_only, on_gpu)
-        self._keep = data  # the memory stays valid until the drop has finished
+        self._handle = _crown.RdmaHandle(address, size, read_only, on_gpu, data)
         if not is_rdma_available():
             warnings.warn("one-sided MPI is not in use (CROWN_RDMA_WINDOW=0, or MPI has no "
                           "window here): RDMA buffers move in chunks over crown's own fabric, "
@@ -161,26 +160,10 @@ class RDMABuffer:
     def _from_handle(cls, handle) -> "RDMABuffer":
         self = cls.__new__(cls)
         self._handle = handle
-        self._keep = None  # a copy of the handle: the memory is its owner's
         return self
 
     def __reduce__(self):
         return _rebuild, self._handle.fields()
-
-    def __del__(self):
-        keep = getattr(self, "_keep", None)
-        if keep is None:
-            return
-        try:
-            # Garbage-collected undropped: most often with its owner actor's
-            # state as the actor stops, so later readers are told that.
-            future = self._handle.drop_because(
-                "dropped when its RDMABuffer was garbage-collected (its owner actor stopped, "
-                "or the last reference to it went)")
-        except Exception:  # noqa: BLE001 - the runtime is gone: nothing can read it any more
-            return
-        with _retiring_lock:
-            _retiring.append((future, keep))
 
     def size(self) -> int:
         """Its size in bytes."""
@@ -195,27 +178,22 @@ class RDMABuffer:
         return "mpi" if is_rdma_available() else "fabric"
 
     def read_into(self, dst, *, timeout: float = 60) -> Future:
-        """Reads the whole buffer into ``dst`` (1-D contiguous, at least size() bytes)."""
+        """Reads the whole buffer into ``dst`` (1-D contiguous, at least size()
+        bytes). The read starts when its future is awaited or ``get()`` is
+        called (Monarch's rule), so it sees every transfer waited on before."""
         return RDMAAction().read_remote(dst, self).submit(timeout=timeout)
 
     def write_from(self, src, *, timeout: float = 60) -> Future:
-        """Writes ``src`` (1-D contiguous, at most size() bytes) to the buffer's start."""
+        """Writes ``src`` (1-D contiguous, at most size() bytes) to the buffer's
+        start, once its future is awaited or ``get()`` is called."""
         return RDMAAction().write_remote(self, src).submit(timeout=timeout)
 
     def drop(self) -> Future:
-        """Ends the registration: later transfers fail with RDMAError. Its future
-        completes once no transfer can touch the memory any more."""
-        future = self._handle.drop()
-        keep, self._keep = self._keep, None
-
-        def wait(timeout):
-            future.get(timeout)
-            nonlocal keep
-            keep = None  # released once the owner has detached the memory
-        if keep is not None and not future.done():
-            with _retiring_lock:
-                _retiring.append((future, keep))
-        return Future(wait)
+        """Ends the registration, from any process: later transfers fail with
+        RDMAError, and the owner lets go of the memory. Unlike a transfer, the
+        drop starts at once; its future completes once no transfer can touch
+        the memory any more and the owner no longer holds it."""
+        return Future(self._handle.drop().get)
 
     def __repr__(self):
         return f"RDMABuffer({self._handle.describe()})"
@@ -226,10 +204,62 @@ def _rebuild(owner, actor, address, size, id, read_only):
         _crown.RdmaHandle.from_fields(owner, actor, address, size, id, read_only))
 
 
+class _Transfers(Future):
+    """An RDMAAction's transfers, started when first waited on: by ``get()``
+    (on the thread that calls it) or by ``await`` (on the event loop, when
+    the awaiting task first runs, so the transfers of an asyncio.gather all
+    start together before any is waited for). Monarch's futures start their
+    work the same way, so a program orders its transfers by the order it
+    waits on them."""
+
+    def __init__(self, ops, timeout: float):
+        self._ops = ops
+        self._timeout = timeout
+        self._started = None  # (C++ future, local memory) of each transfer, once started
+        self._start_error = None  # a transfer that could not start (its ValueError)
+        self._start_lock = threading.Lock()
+        super().__init__(self._wait_all)
+
+    def _start(self):
+        """Starts the transfers, once; the later ones still start when one cannot."""
+        with self._start_lock:
+            if self._started is None:
+                started = []
+                for kind, buffer, local, address, size, on_gpu in self._ops:
+                    handle = buffer._handle
+                    move = handle.read_into if kind == "read" else handle.write_from
+                    try:
+                        started.append((move(address, size, self._timeout, on_gpu), local))
+                    except Exception as e:  # noqa: BLE001 - raised once all are waited for
+                        self._start_error = self._start_error or e
+                _track_transfers(started)
+                self._started, self._ops = started, None
+            return self._started
+
+    def _wait_all(self, wait_timeout: Optional[float]):
+        error = None
+        for future, _local in self._start():  # _local: kept alive until its transfer ended
+            try:
+                future.get(wait_timeout)
+            except TimeoutError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - every transfer is waited for
+                error = error or e
+        error = self._start_error or error
+        if error is not None:
+            raise error
+        return None
+
+    def __await__(self):
+        self._start()  # now, on the loop: a gather's transfers all run before any is waited for
+        return super().__await__()
+
+
 class RDMAAction:
     """A batch of transfers submitted together: ``read_remote(dst, src)`` reads
     buffer ``src`` into local memory ``dst``; ``write_remote(dst, src)`` writes
-    local ``src`` into buffer ``dst``. They run at the same time."""
+    local ``src`` into buffer ``dst``. They run at the same time, once the
+    future of ``submit()`` is awaited or its ``get()`` is called."""
 
     def __init__(self):
         self._ops = []  # (kind, buffer, local, address, bytes, on_gpu)
@@ -241,6 +271,7 @@ class RDMAAction:
         if size < src.size():
             raise ValueError(f"read_into: the destination holds {size} bytes, fewer than the "
                              f"{src.size()} of {src!r}")
+        _crown.rdma_check_local(address, on_gpu)
         self._ops.append(("read", src, dst, address, size, on_gpu))
         return self
 
@@ -249,33 +280,18 @@ class RDMAAction:
         if size > dst.size():
             raise ValueError(f"write_from: the source holds {size} bytes, more than the "
                              f"{dst.size()} of {dst!r}")
+        if dst._handle.read_only:
+            raise ValueError(f"write_from: {dst!r} is read-only")
+        _crown.rdma_check_local(address, on_gpu)
         self._ops.append(("write", dst, src, address, size, on_gpu))
         return self
 
     def submit(self, *, timeout: float = 60) -> Future:
-        """Starts every transfer; the future completes when all have, and
-        raises the first failure. Safe to call again (the transfers run again)."""
+        """The future of every transfer queued so far; they start when it is
+        awaited or its ``get()`` is called (a future never waited on moves
+        nothing), and it completes when all have, raising the first failure.
+        The timeout runs from the start. Safe to call again: each future runs
+        the transfers again."""
         if not timeout > 0:
             raise ValueError("an RDMA timeout must be positive")
-        started = []
-        for kind, buffer, local, address, size, on_gpu in self._ops:
-            handle = buffer._handle
-            if kind == "read":
-                started.append((handle.read_into(address, size, timeout, on_gpu), local))
-            else:
-                started.append((handle.write_from(address, size, timeout, on_gpu), local))
-        _track_transfers(started)
-
-        def wait(wait_timeout: Optional[float]):
-            error = None
-            for future, _local in started:  # _local: kept alive until its transfer ended
-                try:
-                    future.get(wait_timeout)
-                except TimeoutError:
-                    raise
-                except BaseException as e:  # noqa: BLE001 - every transfer is waited for
-                    error = error or e
-            if error is not None:
-                raise error
-            return None
-        return Future(wait)
+        return _Transfers(list(self._ops), timeout)

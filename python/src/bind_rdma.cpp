@@ -1,7 +1,9 @@
 // RDMA buffers (crown::rdma, include/crown/rdma/buffer.h) for crown.rdma:
 // a handle registered from an address and a size (the Python side finds
-// them in a tensor, an array or a memoryview and keeps that object alive),
-// transfers that return a future, and the handle's fields for pickling.
+// them in a tensor, an array or a memoryview, and the registration holds
+// that object until it ends: a drop from any proc, its owner actor's stop,
+// the proc's stop; never a handle's garbage collection), transfers that
+// return a future, and the handle's fields for pickling.
 // Every call that may wait releases the GIL. BufferError becomes
 // crown.rdma.RDMAError; the other errors map as bind_errors.cpp says
 // (ConfigError -> ValueError, Timeout -> TimeoutError, ProcessLost ->
@@ -14,6 +16,7 @@
 #include "bindings.h"
 #include "crown/rdma/buffer.h"
 #include "crown/rdma/device_memory.h"
+#include "gil.h"
 
 namespace py = pybind11;
 
@@ -41,16 +44,48 @@ void checkOnGpu(std::uintptr_t address, bool onGpu) {
   }
 }
 
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// What owns a registered buffer's memory (the tensor, array or memoryview),
+// held by the registration and let go of, with the GIL, on whichever thread
+// ends it (the pool's, or the proc's stop); once the interpreter is gone or
+// going, kept (nothing left to free it with).
+std::shared_ptr<void> keepAlive(py::object owner) {
+  if (owner.is_none()) return nullptr;
+  return std::shared_ptr<void>(new py::object(std::move(owner)), [](void* p) {
+    auto* held = static_cast<py::object*>(p);
+    if (!Py_IsInitialized() || finalizing()) {
+      held->release();
+      delete held;
+      return;
+    }
+    Gil gil;
+    delete held;
+  });
+}
+
 class RdmaFuture {
  public:
   explicit RdmaFuture(Future<void> future) : future_(std::move(future)) {}
+  // A get that times out leaves the transfer running and the future
+  // pending (crown.actor.Future's rule): only the transfer's own timeout
+  // ends it, once MPI has let go of the local memory.
   void get(std::optional<double> timeout) {
     py::gil_scoped_release release;
     if (timeout) {
-      future_.get(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000)));
-    } else {
-      future_.get();
+      auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout * 1000));
+      if (!future_.state().waitUntil(std::chrono::steady_clock::now() + ms)) {
+        throw Timeout("an RDMA transfer not done within " + std::to_string(ms.count()) +
+                      " ms (it goes on: wait again)");
+      }
     }
+    future_.get();
   }
   bool done() const { return future_.isReady(); }
 
@@ -83,13 +118,16 @@ void bindRdma(py::module_& m) {
       .def("done", &RdmaFuture::done);
 
   py::class_<Buffer>(m, "RdmaHandle")
-      .def(py::init([](std::uintptr_t address, std::size_t bytes, bool readOnly, bool onGpu) {
+      .def(py::init([](std::uintptr_t address, std::size_t bytes, bool readOnly, bool onGpu,
+                       py::object keep) {
              checkOnGpu(address, onGpu);
+             std::shared_ptr<void> owner = keepAlive(std::move(keep));
              py::gil_scoped_release release;  // the attach waits for the MPI service thread
-             return Buffer::registerMemory(reinterpret_cast<void*>(address), bytes, readOnly);
+             return Buffer::registerMemory(reinterpret_cast<void*>(address), bytes, readOnly,
+                                           std::move(owner));
            }),
            py::arg("address"), py::arg("size"), py::arg("read_only") = false,
-           py::arg("on_gpu") = false)
+           py::arg("on_gpu") = false, py::arg("keep") = py::none())
       .def_property_readonly("owner", &Buffer::owner)
       .def_property_readonly("owner_actor", &Buffer::ownerActor)
       .def_property_readonly("address", &Buffer::address)
@@ -138,6 +176,12 @@ void bindRdma(py::module_& m) {
                                     std::uint64_t bytes, std::uint64_t id, bool readOnly) {
         return Buffer(owner, actor, address, bytes, id, readOnly);
       });
+
+  m.def(
+      "rdma_check_local",
+      [](std::uintptr_t address, bool onGpu) { checkOnGpu(address, onGpu); },
+      py::arg("address"), py::arg("on_gpu"),
+      "Raises ValueError for memory said to be a CUDA tensor's that this build cannot move.");
 
   m.def("rdma_stats", [] {
     rdma::Stats s = rdma::stats(Proc::current());

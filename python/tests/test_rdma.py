@@ -1,10 +1,12 @@
 """crown.rdma under mpirun -n 3 (issue 12): handles that travel from an
 actor to the controller to another actor, reads and writes of torch, numpy
 and memoryview memory, RDMAAction batches, every error the issue names, and
-lifetime (10,000 register/drop cycles leave nothing attached and RSS flat).
+lifetime (a buffer nobody keeps lives until dropped; 10,000 register/drop
+cycles leave nothing attached and RSS flat; test_rdma_lifetime.py has more).
 Run twice by ctest: over the MPI window, and with CROWN_RDMA_WINDOW=0 (the
 fabric fallback, which must warn)."""
 
+import gc
 import os
 import pickle
 import time
@@ -61,6 +63,16 @@ class Holder(Actor):
     @endpoint
     def publish_and_forget(self, n):
         return RDMABuffer(torch.ones(n, dtype=torch.uint8))  # nobody keeps it
+
+    @endpoint
+    def collect(self):
+        gc.collect()
+
+    @endpoint
+    def read_ones(self, handle):
+        into = torch.zeros(handle.size(), dtype=torch.uint8)
+        handle.read_into(into).get()
+        return bool((into == 1).all())
 
     @endpoint
     def stats(self):
@@ -191,10 +203,18 @@ def test_a_dropped_buffer_fails_clearly(holders):
     assert one(holders, 1).stats.call_one().get(timeout=30)["in_flight"] == 0
 
 
-def test_a_buffer_collected_without_drop_is_dropped_not_read(holders):
+def test_a_buffer_nobody_keeps_lives_until_dropped(holders):
+    # Monarch's pattern: the endpoint returns RDMABuffer(t) and keeps nothing;
+    # the registration holds t until the buffer is dropped.
     handle = one(holders, 1).publish_and_forget.call_one(1 << 16).get(timeout=30)
+    one(holders, 1).collect.call_one().get(timeout=30)
     into = np.full(1 << 16, 7, dtype=np.uint8)
-    with pytest.raises(RDMAError, match="garbage-collected"):
+    handle.read_into(into).get(timeout=30)
+    assert (into == 1).all()
+    assert one(holders, 2).read_ones.call_one(handle).get(timeout=30) is True
+    handle.drop().get(timeout=30)  # from the controller, not the owner
+    into[:] = 7
+    with pytest.raises(RDMAError, match="was dropped"):
         handle.read_into(into).get(timeout=30)
     assert (into == 7).all()
 

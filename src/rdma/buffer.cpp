@@ -6,12 +6,14 @@
 
 namespace crown::rdma {
 
-Buffer Buffer::registerMemory(void* data, std::size_t bytes, bool readOnly) {
-  return registerMemory(Proc::current(), data, bytes, readOnly);
+Buffer Buffer::registerMemory(void* data, std::size_t bytes, bool readOnly,
+                              std::shared_ptr<void> keep) {
+  return registerMemory(Proc::current(), data, bytes, readOnly, std::move(keep));
 }
 
-Buffer Buffer::registerMemory(Proc& proc, void* data, std::size_t bytes, bool readOnly) {
-  return detail::RdmaModule::of(proc).registerMemory(data, bytes, readOnly);
+Buffer Buffer::registerMemory(Proc& proc, void* data, std::size_t bytes, bool readOnly,
+                              std::shared_ptr<void> keep) {
+  return detail::RdmaModule::of(proc).registerMemory(data, bytes, readOnly, std::move(keep));
 }
 
 Future<void> Buffer::readInto(void* dst, std::size_t capacity,

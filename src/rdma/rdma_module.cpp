@@ -78,8 +78,23 @@ void RdmaModule::onMessage(wire::Envelope envelope, wire::Bytes bytes) {
     } else if (type == wire::messageName<Revoke>()) {
       revoked(envelope.sender.rank, wire::fromBytes<Revoke>(bytes).lease);
     } else if (type == wire::messageName<DropRegion>()) {
-      dropLocal(wire::fromBytes<DropRegion>(bytes).id, "dropped");  // no wait for the detach
-      if (request) replyWith(*proc_, envelope, crown::detail::Unit{});
+      // The reply waits for the drop to finish (the memory detached and let
+      // go of), as a drop on this proc does; this thread never waits for it.
+      Future<void> dropped = dropLocal(wire::fromBytes<DropRegion>(bytes).id, "dropped");
+      if (request) {
+        dropped.then([this, envelope](Future<void> done) {
+          try {
+            done.get();
+            replyWith(*proc_, envelope, crown::detail::Unit{});
+          } catch (...) {
+            try {
+              proc_->replyFailure(envelope, std::current_exception());
+            } catch (const std::exception& e) {  // this proc stops: the dropper hears of it
+              log::get().debug("RDMA: answering a drop: {}", e.what());
+            }
+          }
+        });
+      }
     } else if (type == wire::messageName<Stage>()) {
       stage(envelope, wire::fromBytes<Stage>(bytes));
     } else if (type == wire::messageName<Unstage>()) {
@@ -112,7 +127,8 @@ MpiService* RdmaModule::windowService() const {
   return mpi_ && windowWanted_ && mpi_->hasWindow() ? mpi_ : nullptr;
 }
 
-Buffer RdmaModule::registerMemory(void* data, std::size_t bytes, bool readOnly) {
+Buffer RdmaModule::registerMemory(void* data, std::size_t bytes, bool readOnly,
+                                  std::shared_ptr<void> keep) {
   if (bytes == 0) throw ConfigError("an RDMA buffer of 0 bytes: there is nothing to register");
   if (data == nullptr) throw ConfigError("an RDMA buffer at a null address");
   {
@@ -121,11 +137,19 @@ Buffer RdmaModule::registerMemory(void* data, std::size_t bytes, bool readOnly) 
   }
   char* base = static_cast<char*>(data);
   Region region;
+  region.keep = std::move(keep);
   region.base = base;
   region.bytes = bytes;
   region.readOnly = readOnly;
   region.address = reinterpret_cast<std::uint64_t>(base);
-  if (const Actor* actor = Actor::current()) region.ownerActor = actor->id().local;
+  // The actor this code runs for owns it: a handler's, or the one a front
+  // end's thread acts for (a Python actor's loop thread, its __init__ under
+  // the mesh agent); else a system agent whose handler runs; else none.
+  if (auto acting = actingActor(); acting && acting->rank == proc_->rank()) {
+    region.ownerActor = acting->local;
+  } else if (const Actor* actor = Actor::current()) {
+    region.ownerActor = actor->id().local;
+  }
   region.exposedOnHost = !(device_ && device_->isDevice(base));
   if (MpiService* mpi = windowService()) {
     // Device memory that MPI cannot move itself is exposed through a
@@ -145,9 +169,14 @@ Buffer RdmaModule::registerMemory(void* data, std::size_t bytes, bool readOnly) 
       std::uint64_t address = 0;
       try {
         address = mpi->windowAttach(exposed, bytes);
-      } catch (...) {
+      } catch (const std::exception& e) {
         if (region.staging) device_->freeStaging(region.staging, bytes);
-        throw;
+        // Most often MPI's bound on the regions of one window (Open MPI:
+        // osc_rdma_max_attach, 64 by default), reached by buffers never dropped.
+        throw Error(std::string(e.what()) + " (this proc has " +
+                    std::to_string(attachments_.size()) +
+                    " regions in the MPI window: drop() the RDMA buffers no longer read, or "
+                    "raise MPI's bound, e.g. --mca osc_rdma_max_attach 1024 for Open MPI)");
       }
       it = attachments_.emplace(key, std::make_pair(address, 0)).first;
     }
@@ -210,8 +239,9 @@ std::unique_ptr<RdmaModule::Region> RdmaModule::retireIfIdle(std::uint64_t id) {
 
 void RdmaModule::finishRetired(std::unique_ptr<Region> region) {
   if (!region) return;
-  if (region->attached && mpi_ && !detaching_ && !stopping_) {
-    // Off the agent's thread: the detach waits for the MPI service thread.
+  if (((region->attached && mpi_) || region->keep) && !detaching_ && !stopping_) {
+    // Off the agent's thread: the detach waits for the MPI service thread,
+    // and letting go of `keep` may wait for a front end's lock (Python's GIL).
     // (Once the proc stops, in place: the pool may not run it any more.)
     std::shared_ptr<Region> later(std::move(region));
     return pool_->post([this, later] {
@@ -239,6 +269,8 @@ void RdmaModule::finishRetired(std::unique_ptr<Region> region) {
   }
   // The mirror goes after its detach: nothing can read it any more.
   if (region->staging && !error) device_->freeStaging(region->staging, region->bytes);
+  // And the memory itself may go now, before the drop is said to be done.
+  region->keep.reset();
   for (auto& done : region->dropped) {
     if (error) {
       done->setError(error);

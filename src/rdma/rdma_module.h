@@ -13,7 +13,10 @@
 // Release), so a dropped buffer can never be read or written (why a lease
 // and not a check word in the window: docs/rdma.md). Leases of a reader
 // that is lost end with it (peerLost); registrations of an actor that stops
-// are dropped with it (actorStopped), and all of them when the proc stops.
+// are dropped with it (actorStopped), and all of them when the proc stops;
+// nothing else ends a registration (a handle is a plain value: none of its
+// copies going away does). What owns the memory (Region::keep: a Python
+// tensor) is let go of only once the registration is retired, on the pool.
 //
 // Reader side (transfer.cpp): a lease (acquired on the first transfer of a
 // buffer, then held and reused by later transfers of it, so the steady state
@@ -76,7 +79,7 @@ class RdmaModule final : public Proc::Module {
   void actorStopped(std::uint64_t local) override;
 
   // Owner side (rdma_module.cpp).
-  Buffer registerMemory(void* data, std::size_t bytes, bool readOnly);
+  Buffer registerMemory(void* data, std::size_t bytes, bool readOnly, std::shared_ptr<void> keep);
   /// Ends registration `id`; the future completes once it is detached.
   Future<void> dropLocal(std::uint64_t id, const std::string& why);
   /// A lease on registration `id` for `bytes` bytes from the handle's
@@ -132,6 +135,7 @@ class RdmaModule final : public Proc::Module {
     bool dropping = false;
     std::string dropReason;
     std::vector<std::shared_ptr<crown::detail::FutureState<void>>> dropped;
+    std::shared_ptr<void> keep;  // what owns the memory, let go of once retired (may be null)
   };
   struct Lease {
     Rank reader = 0;

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "crown/actor/future.h"
@@ -45,16 +46,24 @@ class Buffer {
   Buffer() = default;
 
   /// Registers `bytes` bytes at `data` with this thread's proc
-  /// (Proc::current()); the running actor, if any, owns it, and its
-  /// stopping drops it. `data` may be device memory that the registered
+  /// (Proc::current()); the actor this thread acts for (actingActor(): the
+  /// running actor, or the one a front end's thread runs code for), if any,
+  /// owns it, and its stopping drops it. `data` may be device memory that the registered
   /// DeviceMemory knows (a CUDA build: GPU memory; device_memory.h says how
   /// it moves), and so may the local memory of readInto and writeFrom. `readOnly`: writeFrom is
-  /// refused. The memory must stay valid until drop()'s future completes: an actor that registers
-  /// its own members and lets its stopping drop them must drop() them and
-  /// wait in its destructor (a transfer may still be running as it stops).
-  /// Throws ConfigError for 0 bytes or a null pointer.
-  static Buffer registerMemory(void* data, std::size_t bytes, bool readOnly = false);
-  static Buffer registerMemory(Proc& proc, void* data, std::size_t bytes, bool readOnly = false);
+  /// refused. The memory must stay valid until the registration ends (drop()'s
+  /// future completes): either the caller keeps it (an actor that registers its own members and
+  /// lets its stopping drop them must drop() them and wait in its destructor: a transfer may
+  /// still be running as it stops), or `keep` does: the registration holds `keep` (what owns
+  /// the memory: a Python front end's tensor) and lets go of it once it has ended, that is once
+  /// no transfer can touch the memory (a drop() from any proc, the owner actor's stop, the
+  /// proc's stop), on the thread that ended it (the pool's, mostly), before drop()'s future
+  /// completes. Throws ConfigError for 0 bytes or a null pointer; crown::Error when the MPI
+  /// window takes no more memory (Open MPI attaches 64 regions by default).
+  static Buffer registerMemory(void* data, std::size_t bytes, bool readOnly = false,
+                               std::shared_ptr<void> keep = nullptr);
+  static Buffer registerMemory(Proc& proc, void* data, std::size_t bytes, bool readOnly = false,
+                               std::shared_ptr<void> keep = nullptr);
 
   /// Copies the whole buffer into `dst` (`capacity` bytes, at least size());
   /// ConfigError before anything moves when it is smaller. Fails with
@@ -68,7 +77,8 @@ class Buffer {
                          std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   /// Ends the registration: later transfers fail with BufferError; the
   /// future completes once no transfer can touch the memory any more (the
-  /// owner detached it). From any proc; idempotent.
+  /// owner detached it and let go of its `keep`), from the owner's proc and
+  /// from any other alike. From any proc; idempotent.
   Future<void> drop() const;
   /// drop(), with the reason later transfers' errors give ("... was <why>");
   /// on another proc than the owner's, the reason is "dropped".
