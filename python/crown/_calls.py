@@ -1,7 +1,8 @@
 """Calling the actors of a mesh: EndpointRef and its adverbs (call,
-call_one, choose, stream, broadcast, rref), the stream's arrivals and the
-Accumulator (crown.actor re-exports the public ones). Mesh tensors among the
-arguments live until every actor has read them (crown/_sent.py)."""
+call_one, choose, stream, broadcast, rref), as_endpoint for methods not
+marked @endpoint, the stream's arrivals and the Accumulator (crown.actor
+re-exports the public ones). Mesh tensors among the arguments live until
+every actor has read them (crown/_sent.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 
 from . import _crown, _pickle, _protocol, _sent
-from ._endpoints import (ActorError, ActorStoppedError, _entry_error, _outcome,
-                         _supervision_error, _unpicklable, endpoint)
+from ._endpoints import (ActorError, ActorStoppedError, _check_propagate, _entry_error,
+                         _outcome, _supervision_error, _unpicklable, endpoint)
 from ._ports import Port, _DroppingPort, _PortedReplies
 from ._values import Future, ValueMesh, _all_succeeded
 
@@ -28,13 +29,20 @@ MeshError = _crown.MeshError
 class EndpointRef:
     """An endpoint of every actor of a mesh, called through an adverb."""
 
-    def __init__(self, mesh: ActorMesh, name: str):
+    def __init__(self, mesh: ActorMesh, name: str, method: Optional[Tuple[bool, Any]] = None):
         self._mesh = mesh
         self._name = name
         self._only_rank = None  # call_one's rank, once checked
+        if method is not None:  # as_endpoint(mesh.method): (explicit_response_port, propagate)
+            explicit, self._propagate = method
+            self._ported = explicit
+            self._wire = (_protocol.METHOD, name, explicit)  # what the call names
+            return
         found = inspect.getattr_static(mesh._cls, name, None)
         # Its reply comes through a port (explicit_response_port, concurrent_endpoint).
         self._ported = isinstance(found, endpoint) and found.ported
+        self._propagate = found.propagate if isinstance(found, endpoint) else None
+        self._wire = name
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"call an endpoint through an adverb: {self._name}.call(...), "
@@ -49,7 +57,7 @@ class EndpointRef:
         every adverb sends it (one encoding, direct or cast); a ported
         endpoint's port goes first, before the caller's arguments. Raises
         before anything is sent (what pickling raised, with a note)."""
-        call = (self._name, args if port is None else (port, *args), kwargs)
+        call = (self._wire, args if port is None else (port, *args), kwargs)
         try:
             return _pickle.dumps_parts(call)
         except Exception as e:  # noqa: BLE001 - pickling fails in many types
@@ -165,14 +173,18 @@ class EndpointRef:
         torch tensor) on its own rank, as one mesh tensor whose shard on each
         rank is that actor's result (crown.tensor): use it in the actors'
         ProcMesh's activate(). Waits for every actor; raises what one raised,
-        and ValueError when their tensors differ in shape or dtype."""
+        and ValueError when their tensors differ in shape or dtype. With a
+        propagator (``@endpoint(propagate=...)``, ``as_endpoint(...,
+        propagate=...)``), returns its outputs' pytree with each tensor a
+        mesh tensor kept from the results' tensors in order, and None for
+        ``propagate="inspect"``."""
         from .tensor._engine import rref
 
         if self._ported:
             raise TypeError(f"{self._name} replies through a port (explicit_response_port or "
                             f"concurrent_endpoint): rref() keeps what an endpoint returns")
-        return rref(self._mesh._shape, self._mesh._local, self._name, args, kwargs,
-                    lambda raw: self._entries(raw))
+        return rref(self._mesh._shape, self._mesh._local, self._wire, args, kwargs,
+                    lambda raw: self._entries(raw), self._propagate)
 
     def broadcast(self, *args, **kwargs) -> None:
         """Sends to every actor; no replies. A mesh tensor among the arguments
@@ -185,6 +197,56 @@ class EndpointRef:
                                   _DroppingPort() if self._ported else None)
         _crown.cast_broadcast(mesh._shape, mesh._local, *parts)
         _hold_until_handled(sent, mesh)
+
+
+class NotAnEndpoint:
+    """A method of an actor mesh's class not marked @endpoint (Monarch's
+    NotAnEndpoint): ``mesh.method`` gives one, so that
+    ``as_endpoint(mesh.method)`` can call it; calling it raises."""
+
+    def __init__(self, mesh: ActorMesh, name: str):
+        self._mesh = mesh
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(
+            f"Actor {self._mesh._cls}.{self._name} is not annotated as an endpoint. To call it "
+            f"as one, add a @endpoint decorator to it, or directly wrap it in one "
+            f"as_endpoint(obj.method).call(...)")
+
+    def __getattr__(self, name):
+        if name in _ADVERBS:
+            raise AttributeError(
+                f"{self._mesh._cls.__qualname__}.{self._name} is not an endpoint: mark it "
+                f"@endpoint, or call it through as_endpoint(mesh.{self._name}).{name}(...)")
+        raise AttributeError(name)
+
+    def __repr__(self):
+        return f"<NotAnEndpoint {self._mesh._cls.__qualname__}.{self._name}>"
+
+
+_ADVERBS = ("call", "call_one", "choose", "stream", "broadcast", "rref")
+
+
+def as_endpoint(not_an_endpoint: NotAnEndpoint, *, propagate=None,
+                explicit_response_port: bool = False) -> EndpointRef:
+    """Monarch's ``as_endpoint``: a method of a spawned actor mesh's class
+    that is not marked ``@endpoint`` (``mesh.method``), as an endpoint with
+    every adverb: ``as_endpoint(mesh.forward).call(x)``, and with a
+    propagator, ``as_endpoint(mesh.forward, propagate=fn).rref(x)``. The
+    options are ``endpoint``'s. Raises ValueError for anything but such a
+    method (an endpoint already, a function, a mesh's attribute that is not
+    a method)."""
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise ValueError(f"as_endpoint: expected a method of a spawned actor (mesh.method), "
+                         f"not {not_an_endpoint!r}")
+    mesh, name = not_an_endpoint._mesh, not_an_endpoint._name
+    if not inspect.isfunction(inspect.getattr_static(mesh._cls, name, None)):
+        raise ValueError(f"as_endpoint: {mesh._cls.__qualname__}.{name} is not a method "
+                         f"(a def or async def of the class)")
+    method = (bool(explicit_response_port), _check_propagate(propagate, "as_endpoint"))
+    mesh._ready()
+    return EndpointRef(mesh, name, method)
 
 
 class _Arrivals:

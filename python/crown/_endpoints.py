@@ -63,11 +63,21 @@ class endpoint:  # noqa: N801 - Monarch's name
     it returns is ignored. The adverbs (call, call_one, choose, stream) give
     what is sent to the port; a broadcast's port drops values and raises an
     exception sent to it. An exception escaping such a method kills the actor
-    (Monarch's rule): its caller gets SupervisionError."""
+    (Monarch's rule): its caller gets SupervisionError.
 
-    def __new__(cls, fn: Optional[Callable] = None, /, *, explicit_response_port: bool = False):
+    ``@endpoint(propagate=...)``: what ``rref()`` (crown.tensor) makes of its
+    results, as ``@remote(propagate=...)``: a function of the endpoint's
+    arguments (mesh tensors as fake tensors; without self) whose tensors say
+    which of the endpoint's results become mesh tensors, in its pytree's
+    shape (a tuple of two: two mesh tensors); ``"inspect"``: none (rref()
+    returns None, whatever the endpoint returns). Without one (None or
+    ``"cached"``), the endpoint returns one tensor."""
+
+    def __new__(cls, fn: Optional[Callable] = None, /, *, explicit_response_port: bool = False,
+                propagate=None):
         if fn is None:  # @endpoint(...): the options first, then the method
-            return functools.partial(cls, explicit_response_port=explicit_response_port)
+            return functools.partial(cls, explicit_response_port=explicit_response_port,
+                                     propagate=propagate)
         return super().__new__(cls)
 
     def __getnewargs__(self):
@@ -75,7 +85,8 @@ class endpoint:  # noqa: N801 - Monarch's name
         # gets the method back, not the options-first form.
         return (self.fn,)
 
-    def __init__(self, fn: Callable, /, *, explicit_response_port: bool = False):
+    def __init__(self, fn: Callable, /, *, explicit_response_port: bool = False,
+                 propagate=None):
         if isinstance(fn, endpoint):
             raise TypeError(f"{fn.name} is an endpoint already")
         if not callable(fn):
@@ -84,6 +95,7 @@ class endpoint:  # noqa: N801 - Monarch's name
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
         self.explicit_response_port = bool(explicit_response_port)
+        self.propagate = _check_propagate(propagate, "endpoint")
         self.concurrent: Optional[int] = None  # concurrent_endpoint's bound
         self.is_async = inspect.iscoroutinefunction(fn)
 
@@ -101,12 +113,25 @@ class endpoint:  # noqa: N801 - Monarch's name
         return self.fn.__get__(instance, owner)  # inside the actor: a plain method
 
 
+PROPAGATE_MODES = ("cached", "inspect", "mocked")
+
+
+def _check_propagate(propagate, what: str):
+    """An endpoint's propagate (Monarch's Propagator): None, a function, or
+    one of Monarch's modes; anything else is refused where it is given."""
+    if propagate is None or callable(propagate) or propagate in PROPAGATE_MODES:
+        return propagate
+    raise ValueError(f"{what}(propagate={propagate!r}): pass a function of the endpoint's "
+                     f"arguments that returns tensors shaped like its results, or one of "
+                     f"{', '.join(map(repr, PROPAGATE_MODES))}")
+
+
 DEFAULT_MAX_CONCURRENCY = 16
 
 
 def concurrent_endpoint(fn: Optional[Callable] = None, /, *,
                         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-                        explicit_response_port: bool = False):
+                        explicit_response_port: bool = False, propagate=None):
     """An ``async def`` endpoint whose calls run beside each other and beside
     the actor's next messages (Monarch's ``concurrent_endpoint``): each call's
     body runs as an asyncio task on the actor's own loop thread, and the
@@ -123,7 +148,8 @@ def concurrent_endpoint(fn: Optional[Callable] = None, /, *,
     cancelled. An actor's ordinary async endpoints still run one at a time."""
     if fn is None:
         return functools.partial(concurrent_endpoint, max_concurrency=max_concurrency,
-                                 explicit_response_port=explicit_response_port)
+                                 explicit_response_port=explicit_response_port,
+                                 propagate=propagate)
     if isinstance(fn, endpoint):
         raise ValueError("concurrent_endpoint does not wrap @endpoint; pass endpoint options "
                          "to @concurrent_endpoint")
@@ -134,7 +160,7 @@ def concurrent_endpoint(fn: Optional[Callable] = None, /, *,
             or max_concurrency < 1:
         raise ValueError(f"concurrent_endpoint(max_concurrency={max_concurrency!r}): the bound "
                          f"must be an int of at least 1")
-    marked = endpoint(fn, explicit_response_port=explicit_response_port)
+    marked = endpoint(fn, explicit_response_port=explicit_response_port, propagate=propagate)
     marked.concurrent = max_concurrency
     return marked
 

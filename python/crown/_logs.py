@@ -12,6 +12,16 @@ Settings, read on every rank at init (pass them with ``mpirun -x``):
     CROWN_LOG_WINDOW=3          seconds of the merge window (0: at once)
     CROWN_LOG_DIR=crown-logs    where those files go
 ProcMesh.logging_option() changes them while the job runs.
+
+A ``logging`` record made inside an actor (its endpoints, its __init__, its
+async tasks) carries the actor, as Monarch's do: its message starts with
+``[actor=<module.Class name{point}>] `` (Monarch's qualified name of the
+actor, without its creators) and ``record.actor_prefix`` holds that text.
+Records made elsewhere (the controller's main, a worker's startup, threads
+an actor started) carry none, nor do empty messages (torch.compile's
+structured ones). On the forwarded streams the tag drops its point, so the
+same line from many actors of a mesh still merges: "[ranks 1-7]
+[actor=<__main__.Talker talkers>] ...".
 """
 
 import io
@@ -20,14 +30,63 @@ import os
 import sys
 from typing import Optional
 
-from . import _crown
+from . import _context, _crown, _endpoints
 from ._endpoints import Actor, endpoint
+from ._values import Point
 
 DEFAULT_WINDOW = 3.0  # Monarch's aggregate_window_sec
 
 
 def _log_dir() -> str:
     return os.path.abspath(os.environ.get("CROWN_LOG_DIR", "crown-logs"))
+
+
+def _actor_tags():
+    """(full, short) log tags of the actor this code runs for, or None
+    outside actors: "[actor=<module.Class name{point}>]" and the same without
+    the point. Kept on the instance once it is built."""
+    instance = _context.current_instance()
+    if instance is not None:
+        tags = instance.__dict__.get("_crown_log_tags")
+        if tags is not None:
+            return tags
+        name, cls = instance.__dict__.get("_crown_actor_name"), type(instance)
+    else:  # in cls.__init__, from spawn
+        name = getattr(_endpoints._spawning, "name", None)
+        cls = getattr(_endpoints._spawning, "cls", None)
+    here = _context.here()
+    if name is None or here is None:
+        return None
+    actor = f"{cls.__module__}.{cls.__qualname__} {name}"
+    tags = (f"[actor=<{actor}{Point(*here)}>]", f"[actor=<{actor}>]")
+    if instance is not None:
+        instance.__dict__["_crown_log_tags"] = tags
+    return tags
+
+
+_factory = None  # the record factory before ours
+
+
+def _actor_record(*args, **kwargs) -> logging.LogRecord:
+    """The record factory: a record made inside an actor gets its tag
+    (Monarch's _ActorFilter, here once per record, whatever its handlers)."""
+    record = _factory(*args, **kwargs)
+    try:
+        tags = _actor_tags()
+    except Exception:  # noqa: BLE001 - a log record is never lost to its tag
+        tags = None
+    if tags is not None:
+        prefix = record.actor_prefix = tags[0] + " "
+        if record.msg:  # torch.compile's structured records are empty: left so
+            record.msg = (prefix.replace("%", "%%") if record.args else prefix) + str(record.msg)
+    return record
+
+
+def _tag_records() -> None:
+    global _factory
+    if _factory is None:
+        _factory = logging.getLogRecordFactory()
+        logging.setLogRecordFactory(_actor_record)
 
 
 class _Bytes:
@@ -68,6 +127,10 @@ class _Forwarded(io.TextIOBase):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if text:
+            if "[actor=<" in text:  # the same line from every actor of a mesh merges
+                tags = _actor_tags()
+                if tags is not None:
+                    text = text.replace(*tags)
             try:
                 _crown.forward_output(self._stream, text)
             except Exception:  # noqa: BLE001 - crown is gone (the very end): the launcher's stream
@@ -151,7 +214,9 @@ def _forward_of_env() -> bool:
 
 def install(rank: int) -> None:
     """At init: the controller sets its window; a worker forwards its
-    output, or writes it to its own file (CROWN_LOG_FORWARD=off)."""
+    output, or writes it to its own file (CROWN_LOG_FORWARD=off). On
+    every rank, records made inside actors get the actor's tag."""
+    _tag_records()
     if rank == 0:
         _crown.set_log_window(_window_of_env())
     elif _forward_of_env():

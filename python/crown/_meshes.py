@@ -16,7 +16,7 @@ import threading
 from typing import Dict, Generic, List, Optional, Set, TypeVar
 
 from . import _crown, _pickle, _placement, _protocol, _supervision
-from ._calls import EndpointRef
+from ._calls import EndpointRef, NotAnEndpoint
 from ._context import current_actor
 from ._endpoints import Actor, _check_endpoint_kinds, _construct, _unpicklable, endpoint
 from ._values import Future, _Sliceable
@@ -207,6 +207,8 @@ class ActorMesh(_Sliceable, Generic[R]):
         if name.startswith("_"):
             raise AttributeError(name)
         if not isinstance(inspect.getattr_static(self._cls, name, None), endpoint):
+            if name in dir(self._cls):  # Monarch's: as_endpoint(mesh.name) calls it
+                return NotAnEndpoint(self, name)
             raise AttributeError(f"{self._cls.__name__} has no endpoint {name!r}")
         self._ready()
         ref = self.__dict__[name] = EndpointRef(self, name)  # found directly from now on

@@ -3,7 +3,9 @@
 An outcome is a tag byte (VALUE, RAISED, FATAL: defined once, in
 python/src/py_actor.h, and read from the extension) and then the pickled
 value or the error (raised_body). STOP, FENCE and DIE name the runtime's
-own messages to an actor, and reducer_key() carries an Accumulator's
+own messages to an actor; a call's name is its endpoint's, or (METHOD,
+name, explicit_response_port) for as_endpoint(mesh.method), or (RREF, that
+name, engine, refs) for rref(); and reducer_key() carries an Accumulator's
 combine function to every hop of a cast ("py:<base64 pickle>", the prefix
 python/src/bind_reduce.cpp registers, resolved by _runtime.combine).
 """
@@ -19,6 +21,8 @@ FATAL = _crown.OUTCOME_FATAL
 STOP = "__crown_stop__"  # ActorMesh.stop's first step, in each member's turn
 FENCE = "__crown_fence__"  # answered once the actor has handled what came before (ORD-1)
 DIE = "__crown_die__"  # a concurrent task's failure, sent to its own actor to kill it
+METHOD = "__crown_method__"  # as_endpoint(mesh.method): a method not marked @endpoint
+RREF = "__crown_rref__"  # rref(): the results stay on the actor's engine
 
 REDUCER_PREFIX = _crown.REDUCER_PREFIX
 

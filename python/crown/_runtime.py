@@ -42,8 +42,8 @@ from typing import Optional
 from . import _context, _crown, _pdb, _pickle, _supervision
 from ._context import _current, current_actor, current_instance
 from ._endpoints import endpoint
-from ._protocol import (DIE, FATAL, FENCE, RAISED, REDUCER_PREFIX, STOP, VALUE,
-                        message_of as _message_of, raised_body)
+from ._protocol import (DIE, FATAL, FENCE, RAISED, REDUCER_PREFIX, RREF, STOP,
+                        VALUE, message_of as _message_of, raised_body)
 
 STOP_WAIT_S = 5.0  # how long release() waits for cancelled tasks to finish
 
@@ -292,9 +292,18 @@ _endpoints = {}  # (class, name) -> the endpoint: found once, not per message
 def _endpoint_of(cls, name):
     found = _endpoints.get((cls, name))
     if found is None:
-        found = inspect.getattr_static(cls, name, None)
-        if not isinstance(found, endpoint):
-            raise AttributeError(f"{cls.__name__} has no endpoint {name!r}")
+        if type(name) is tuple:  # as_endpoint(mesh.method): (METHOD, method, explicit)
+            _, method, explicit = name
+            found = inspect.getattr_static(cls, method, None)
+            if not isinstance(found, endpoint):
+                if not inspect.isfunction(found):
+                    raise AttributeError(f"{cls.__name__} has no method {method!r}")
+                found = endpoint(found, explicit_response_port=explicit)
+                found.name = method
+        else:
+            found = inspect.getattr_static(cls, name, None)
+            if not isinstance(found, endpoint):
+                raise AttributeError(f"{cls.__name__} has no endpoint {name!r}")
         _endpoints[(cls, name)] = found
     return found
 
@@ -318,7 +327,7 @@ def _run(instance, payload, report):
     try:
         name, args, kwargs = _pickle.loads(payload)
         rref = None
-        if type(name) is tuple:  # EndpointRef.rref: keep the result on this rank's engine
+        if type(name) is tuple and name[0] == RREF:  # rref: keep the result on this rank's engine
             _, name, engine, ref = name
             rref = (engine, ref)
         dying = instance.__dict__.get("_crown_dying")
@@ -335,6 +344,7 @@ def _run(instance, payload, report):
             return FATAL + args[0].encode("utf-8", "backslashreplace")
         else:
             ep = _endpoint_of(type(instance), name)
+            name = ep.name  # as_endpoint's is a tuple
             if _context.tracing:  # the handler's span reads "actor endpoint", not the pickled call's type
                 _crown.trace_endpoint(name)
             if ep.concurrent is not None:

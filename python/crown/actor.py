@@ -28,7 +28,7 @@ replacement counts at once) and re-exports what the modules below define:
 _meshes.py (ProcMesh, ActorMesh, HostMesh, this_host, this_proc),
 _endpoints.py (Actor, the endpoint decorators, errors, current_rank),
 _values.py (Future, ValueMesh, Point), _calls.py (EndpointRef's adverbs,
-Accumulator) and _ports.py (Channel, Port, reply ports).
+as_endpoint, Accumulator) and _ports.py (Channel, Port, reply ports).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import sys
 import traceback
 
 from . import _crown
-from ._calls import Accumulator, EndpointRef  # noqa: F401
+from ._calls import Accumulator, EndpointRef, NotAnEndpoint, as_endpoint  # noqa: F401
 # crown.actor is the public module (Monarch's monarch.actor): it re-exports
 # what the modules below it define.
 from ._endpoints import (DEFAULT_MAX_CONCURRENCY, Actor, ActorError,  # noqa: F401
@@ -52,7 +52,7 @@ from ._values import Future, Point, ValueMesh  # noqa: F401
 __all__ = [
     "Actor", "endpoint", "concurrent_endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",
     "ActorError", "ActorStoppedError", "SupervisionError", "MeshError", "Channel", "Port",
-    "PortReceiver",
+    "PortReceiver", "as_endpoint",
     "Accumulator", "current_rank", "current_size", "current_actor_name", "context", "this_host",
     "this_proc", "HostMesh", "Shape", "Slice", "MessagesLost", "MeshFailure",
     "unhandled_fault_hook", "UnhandledFault",

@@ -1,8 +1,9 @@
 """The output of 7 workers on the controller's terminal (issue 15): the
 same line from many ranks merged with the ranks, the odd one out on its
 own, lines printed by themselves once the window (CROWN_LOG_WINDOW=1) is
-over, then Monarch's knobs (procs.logging_option): each line at once, the
-ranks' logging level, a file of its own per rank, and back. The controller
+over, a record made in an actor tagged with it, then Monarch's knobs
+(procs.logging_option): each line at once, the ranks' logging level, a file
+of its own per rank, and back. The controller
 reads its own terminal by pointing its stdout and stderr at files."""
 
 import logging
@@ -73,7 +74,9 @@ def main() -> None:
     expect(t.out, "[ranks 1-7] A loaded checkpoint step 100")
     expect(t.out, "[ranks 1-2,4-7] A this rank is like the others")
     expect(t.out, "[rank 3] A this rank is the odd one")
-    expect(t.err, "[ranks 1-7] A a warning")
+    # A record made in an actor carries it (Monarch's tag), without its
+    # point here so that the ranks' lines still merge.
+    expect(t.err, "[ranks 1-7] [actor=<__main__.Talker talkers>] A a warning")
 
     # Printed by themselves once the 1 s window is over.
     with Terminal() as t:
@@ -109,7 +112,9 @@ def main() -> None:
     assert "E loaded" not in t.out + t.err, t.out + t.err
     with open(os.path.join(directory, "rank-3.log")) as f:
         own = f.read()
-    assert "E this rank is the odd one\n" in own and "E a warning\n" in own, own
+    assert "E this rank is the odd one\n" in own, own
+    # A file of its own keeps the whole tag, the actor's point too.
+    assert "[actor=<__main__.Talker talkers{'ranks': 2/7}>] E a warning\n" in own, own
     with open(os.path.join(directory, "rank-4.log")) as f:
         assert "E this rank is like the others\n" in f.read()
 

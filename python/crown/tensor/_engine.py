@@ -12,11 +12,13 @@ import threading
 from typing import Dict, Tuple
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .. import _crown, _pickle
+from .._protocol import RREF
 from . import _native
 from ._commands import Borrow, Call, Delete, Reduce, ReturnBorrow, SwitchStream
-from ._mesh import Mesh, _location, suspended
+from ._mesh import Mesh, _location, fake_mode, suspended
 from ._tensor import Tensor
 from .errors import RankLostError, RemoteException
 
@@ -186,24 +188,80 @@ def _shard(engine_local: int, ref: int, batches: int) -> torch.Tensor:
     return torch.from_numpy(x) if not isinstance(x, torch.Tensor) else x
 
 
-def keep_on_engine(engine_local: int, ref: int, value) -> tuple:
-    """On the actor's rank (rref): defines ref on this rank's engine as the
-    endpoint's result; returns its metadata for the controller."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"rref needs the endpoint to return a torch.Tensor, not "
-                        f"{type(value).__name__}")
+def _keep(engine_local: int, ref: int, value: torch.Tensor) -> tuple:
     _crown.engine_define(engine_local, ref, value)
     return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
             value.device)
 
 
-def rref(shape, actor_local: int, name: str, args, kwargs, entries) -> Tensor:
-    """EndpointRef.rref: every actor's result kept on its rank as one mesh tensor."""
+def keep_on_engine(engine_local: int, refs, value):
+    """On the actor's rank (rref): defines refs on this rank's engine as the
+    endpoint's results; returns their metadata for the controller. refs is
+    one ref (no propagator: the result is one tensor), or a tuple of them,
+    one per tensor its propagator gave, kept in that order from the
+    result's pytree (none: the result is not kept)."""
+    if type(refs) is int:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"rref needs the endpoint to return a torch.Tensor, not "
+                            f"{type(value).__name__} (or give the endpoint a propagate= that "
+                            f"says which of its results are tensors)")
+        return _keep(engine_local, refs, value)
+    if not refs:
+        return None
+    tensors = [leaf for leaf in tree_flatten(value)[0] if isinstance(leaf, torch.Tensor)]
+    if len(tensors) != len(refs):
+        raise TypeError(f"rref: the endpoint's propagate gave {len(refs)} tensor(s), but the "
+                        f"endpoint returned {len(tensors)} ({type(value).__name__})")
+    return tuple(_keep(engine_local, ref, t) for ref, t in zip(refs, tensors))
+
+
+def _propagated(spec: str, propagate, args, kwargs):
+    """The propagator's outputs for rref (Monarch's _do_propagate): run on
+    fakes of the arguments' tensors, as @remote's is."""
+    if propagate == "inspect":
+        return None
+    if propagate == "mocked":
+        raise NotImplementedError("mocked propagation")  # Monarch's words: it has none either
+
+    def fake(x):
+        if isinstance(x, Tensor):
+            return x._fake
+        if isinstance(x, torch.Tensor):
+            return fake_mode().from_tensor(x)
+        return x
+
+    with suspended():
+        fargs, fkwargs = tree_map(fake, (args, kwargs))
+        try:
+            with fake_mode():
+                return propagate(*fargs, **fkwargs)
+        except Exception as e:
+            e.add_note(f"{spec}: raised by the endpoint's propagate, run on the arguments' "
+                       f"fake tensors on the controller")
+            raise
+
+
+def rref(shape, actor_local: int, name, args, kwargs, entries, propagate=None):
+    """EndpointRef.rref: every actor's result kept on its rank as a mesh
+    tensor. With a propagator (a function, or "inspect"), the tensors of its
+    outputs say which of the results are kept: rref returns the propagator's
+    pytree with each tensor a mesh tensor (None for "inspect"). A mesh
+    tensor's metadata is the actors' result's (the same on every actor, or
+    ValueError), not the propagator's."""
+    spec = f"rref({name if isinstance(name, str) else name[1]})"
     mesh = mesh_of(shape)
     backend = mesh.backend
-    ref = backend.new_ref()
+    single = propagate is None or propagate == "cached"
+    if single:
+        out, tree, picks = None, None, []
+        refs = backend.new_ref()
+    else:
+        out = _propagated(spec, propagate, args, kwargs)
+        flat, tree = tree_flatten(out)
+        picks = [j for j, leaf in enumerate(flat) if isinstance(leaf, torch.Tensor)]
+        refs = tuple(backend.new_ref() for _ in picks)
     mesh.flush()  # the engines run (and register) before the actors store into them
-    parts = _pickle.dumps_parts((("__crown_rref__", name, backend.engine_local, ref), args, kwargs))
+    parts = _pickle.dumps_parts(((RREF, name, backend.engine_local, refs), args, kwargs))
     replies = entries(_crown.cast_call(shape, actor_local, *parts).get(None))
     metas = set()
     for rank, meta, error in replies:
@@ -211,7 +269,15 @@ def rref(shape, actor_local: int, name: str, args, kwargs, entries) -> Tensor:
             raise error
         metas.add(meta)
     if len(metas) != 1:
-        raise ValueError(f"rref({name}): the actors returned tensors of different shapes, "
+        raise ValueError(f"{spec}: the actors returned tensors of different shapes, "
                          f"strides or dtypes: {sorted(map(str, metas))}")
+    meta = metas.pop()
+    location = _location()
     with suspended():
-        return Tensor(None, mesh, ref, _location(), metas.pop())
+        if single:
+            return Tensor(None, mesh, refs, location, meta)
+        if not picks:
+            return out
+        for j, ref, m in zip(picks, refs, meta):
+            flat[j] = Tensor(None, mesh, ref, location, m)
+        return tree_unflatten(flat, tree)
