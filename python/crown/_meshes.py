@@ -104,9 +104,10 @@ class ProcMesh(_Sliceable):
 
     def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
         """One ``cls(*args, **kwargs)`` on every proc. Returns at once, as in
-        Monarch: the members are constructed meanwhile, and the mesh's first
-        use (an endpoint looked up, stop, sending the mesh elsewhere) waits
-        for them. A constructor that raises is a supervision failure of that
+        Monarch: the members are constructed meanwhile, each in its own first
+        turn, and calls to a member wait behind its constructor (a member
+        whose ``__init__`` blocks holds up no other member, mesh or spawn).
+        A constructor that raises is a supervision failure of that
         member, delivered to the owner (the spawning actor's
         ``__supervise__``, or the controller's ``unhandled_fault_hook``);
         calls to that member raise SupervisionError with the original
@@ -159,10 +160,12 @@ class ProcMesh(_Sliceable):
 
 class _Spawning:
     """A spawn under way (ProcMesh.spawn returned at once): wait() returns once
-    every member's constructor has run, or failed (which the owner hears of
-    through supervision, and calls to that member then say)."""
+    every member is hosted on its proc. Its __init__ runs in its own first
+    turn (Actor::onStart), so calls to a member wait behind its constructor,
+    not the mesh's first use behind every member's; a constructor that fails
+    kills its member (the owner hears, and calls to it then say)."""
 
-    SAY_EVERY_S = 30.0  # a constructor still running this long is said to be
+    SAY_EVERY_S = 30.0  # a spawn not delivered this long is said to be
 
     def __init__(self, pending, name: str):
         self._pending = pending
@@ -178,9 +181,9 @@ class _Spawning:
                 waited = 0.0
                 while not self._pending.wait(self.SAY_EVERY_S):
                     waited += self.SAY_EVERY_S
-                    _crown.log("warn", f"actor mesh {self._name!r}: a member's __init__ is still "
-                                       f"running after {waited:.0f} s; the first use of the mesh "
-                                       f"waits until every member is constructed")
+                    _crown.log("warn", f"actor mesh {self._name!r}: the spawn has not reached "
+                                       f"every member after {waited:.0f} s; the first use of "
+                                       f"the mesh waits until it has")
                 self._pending.get()
                 self._done = True
                 self._pending = None
@@ -188,6 +191,11 @@ class _Spawning:
 
 class ActorMesh(_Sliceable, Generic[R]):
     """One actor per proc of a mesh; its endpoints are attributes with adverbs."""
+
+    # How long stop() lets a member's __init__ run on before stopping it
+    # without one: long enough for a constructor that is merely queued
+    # behind others on its proc, short enough not to look hung.
+    STOP_CONSTRUCTING_AFTER_S = 2.0
 
     def __init__(self, shape: Shape, local: int, cls: type, name: str,
                  spawning: Optional[_Spawning] = None):
@@ -222,10 +230,17 @@ class ActorMesh(_Sliceable, Generic[R]):
         (a lost or dead one counts as stopped); raises MeshError naming any
         that could not be. Later calls to them fail with ActorStoppedError.
         Returns a Future that is already done, so ``mesh.stop().get()`` and
-        ``await mesh.stop()`` read as in Monarch."""
+        ``await mesh.stop()`` read as in Monarch. A member whose ``__init__``
+        has not returned within STOP_CONSTRUCTING_AFTER_S is stopped without
+        waiting for it (no ``__cleanup__``: it has no instance yet), so a
+        constructor that never returns does not hold up the stop."""
         self._ready()
         finishing = _crown.cast_call(self._shape, self._local,
                                      *_pickle.dumps_parts((_protocol.STOP, (), {})))
+        if not finishing.wait(self.STOP_CONSTRUCTING_AFTER_S):
+            # Those still in __init__ go now; their stop is refused, which
+            # completes it. Members busy in an endpoint are waited for.
+            _crown.stop_mesh(self._shape, self._local, only_starting=True)
         finishing.get()  # a member that is gone already has nothing left to finish
         _crown.stop_mesh(self._shape, self._local)
         _supervision.members_stopped(self._local, self._shape.ranks())

@@ -437,6 +437,11 @@ def dying(instance, cause: str) -> Optional[str]:
     Returns what its __cleanup__ raised, which the cause then includes."""
     error = getattr(_current, "error", None)
     _current.error = None
+    if instance is None:  # its __init__ failed: no __cleanup__, but what it spawned stops
+        actor = current_actor()
+        if actor is not None:
+            _supervision.stop_owned(actor[1])
+        return None
     return finish(instance, error if error is not None else RuntimeError(cause))
 
 

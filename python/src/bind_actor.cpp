@@ -133,6 +133,12 @@ class CastFuture {
     return entries;
   }
   bool done() const { return future_.isReady(); }
+  /// Waits up to `timeout` seconds for every reply, cancelling nothing.
+  bool wait(double timeout) {
+    py::gil_scoped_release release;
+    ProgramWait abortable;
+    return future_.state().waitUntil(std::chrono::steady_clock::now() + toMillis(timeout));
+  }
 
  private:
   Future<ValueMesh<Outcome>> future_;
@@ -206,7 +212,8 @@ void bindActor(py::module_& m) {
       .def("done", &OutcomeFuture::done);
   py::class_<CastFuture>(m, "CastFuture")
       .def("get", &CastFuture::get, py::arg("timeout") = py::none())
-      .def("done", &CastFuture::done);
+      .def("done", &CastFuture::done)
+      .def("wait", &CastFuture::wait, py::arg("timeout"));
   py::class_<SpawnFuture>(m, "SpawnFuture")
       .def("get", &SpawnFuture::get, py::arg("timeout") = py::none())
       .def("done", &SpawnFuture::done)
@@ -300,9 +307,17 @@ void bindActor(py::module_& m) {
       "naming each member that failed or whose reply could not be folded.");
   m.def(
       "stop_mesh",
-      [](const mesh::Shape& shape, std::uint64_t local) { meshOf(shape, local).stop(); },
+      [](const mesh::Shape& shape, std::uint64_t local, bool onlyStarting) {
+        if (onlyStarting) {
+          mesh::detail::stopMesh(shape, local, true);
+        } else {
+          meshOf(shape, local).stop();
+        }
+      },
+      py::arg("shape"), py::arg("local"), py::arg("only_starting") = false,
       py::call_guard<py::gil_scoped_release>(),
-      "Stops the mesh's actors on every proc of shape; blocks until they have stopped.");
+      "Stops the mesh's actors on every proc of shape; blocks until they have stopped. "
+      "only_starting: only those whose __init__ has not returned (the rest are left).");
   m.def("python_actors", &PyActor::live, "How many Python actors this process hosts now.");
   m.def("choose_rank", [](const mesh::Shape& shape) {
     return mesh::detail::chooseMember(Proc::current(), shape);

@@ -20,18 +20,23 @@ std::atomic<std::size_t> g_live{0};
 std::size_t PyActor::live() { return g_live.load(); }
 
 PyActor::PyActor(std::string spawnPayload) {
-  Gil gil;
-  // A Python exception here (the import too) becomes the spawn's error,
-  // naming this rank, as the Python traceback construct() wrote (no C++
-  // names around it).
-  try {
-    py::module_ runtime = py::module_::import("crown._runtime");
-    instance_ = runtime.attr("construct")(py::bytes(spawnPayload));
-    dispatch_ = runtime.attr("dispatch");
-  } catch (py::error_already_set& e) {
-    std::string report = py::str(e.value());
-    throw PythonError(report);
-  }
+  // The Python __init__ runs in the actor's first turn, not here (on the mesh
+  // agent): the spawn is delivered at once, the proc's other spawns and the
+  // mesh's other members go on, and messages to this member wait behind its
+  // constructor. A Python exception there (the import too) kills the member
+  // with the traceback construct() wrote (no C++ names around it); its owner
+  // hears, and calls to it are refused with that cause.
+  onStart([this, payload = std::move(spawnPayload)] {
+    Gil gil;
+    try {
+      py::module_ runtime = py::module_::import("crown._runtime");
+      dispatch_ = runtime.attr("dispatch");
+      instance_ = runtime.attr("construct")(py::bytes(payload));
+    } catch (py::error_already_set& e) {
+      std::string report = py::str(e.value());
+      throw PythonError(report);
+    }
+  });
   // Zero copy: the arguments' arrays wrap the received bytes, and the
   // result's arrays go to the socket from their own memory.
   handleRaw(kRawCallType, [this](wire::Bytes& payload) {
@@ -86,7 +91,9 @@ std::string PyActor::dying(const std::string& cause) noexcept {
   if (!Py_IsInitialized()) return {};
   Gil gil;
   try {
-    py::object failed = py::module_::import("crown._runtime").attr("dying")(instance_, cause);
+    // No instance: its constructor is what failed.
+    py::object instance = instance_ ? instance_ : py::none();
+    py::object failed = py::module_::import("crown._runtime").attr("dying")(instance, cause);
     return failed.is_none() ? std::string() : failed.cast<std::string>();
   } catch (const std::exception& e) {  // _runtime.dying reports its own; this is a last resort
     log::get().error("actor '{}' could not clean up as it died: {}", name(), e.what());
@@ -105,7 +112,7 @@ PyActor::~PyActor() {
   }
   Gil gil;
   try {
-    py::module_::import("crown._runtime").attr("release")(instance_);
+    if (instance_) py::module_::import("crown._runtime").attr("release")(instance_);
   } catch (const py::error_already_set&) {
     // The instance goes anyway; a loop that would not close is not worth a crash.
   }

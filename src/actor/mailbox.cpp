@@ -70,6 +70,7 @@ struct Mailboxes::Cell {
   bool scheduled = false;
   bool running = false;  // a handler runs: destroyActors leaves the actor to its drain
   bool closed = false;   // removed: nothing more is handled, whatever arrives is refused
+  bool starting = false;  // its first turn (Actor::onStart) has not returned
 
   // With `mutex` held: true when the caller must schedule the drain of what
   // the mailbox holds (none is queued or running).
@@ -102,22 +103,45 @@ ActorId Mailboxes::host(std::unique_ptr<Actor> actor, std::uint64_t local, std::
   ActorId id{proc_.rank(), local};
   ActorAccess::bind(*actor, id, std::move(name));
   auto cell = std::make_shared<Cell>();
-  cell->actor = std::move(actor);
-  std::lock_guard lock(mutex_);
-  if (!cells_.emplace(local, std::move(cell)).second) {
-    throw ConfigError("actor id " + wire::toString(id) + " is taken on rank " +
-                      std::to_string(proc_.rank()));
+  // Actor::onStart: its first turn is queued before the actor can be found,
+  // so it runs before any message (and on a pool thread, not the host's).
+  bool starts = ActorAccess::find(*actor, kStartTurnType) != nullptr;
+  if (starts) {
+    Delivery start;
+    start.envelope.kind = MessageKind::kOneWay;
+    start.envelope.sender = id;
+    start.envelope.dest = id;
+    start.envelope.type = kStartTurnType;
+    cell->mailbox.push_back(std::move(start));
+    cell->scheduled = true;
+    cell->starting = true;
   }
+  cell->actor = std::move(actor);
+  {
+    std::lock_guard lock(mutex_);
+    if (!cells_.emplace(local, cell).second) {
+      throw ConfigError("actor id " + wire::toString(id) + " is taken on rank " +
+                        std::to_string(proc_.rank()));
+    }
+  }
+  if (starts) scheduleDrain(cell, false);
   return id;
 }
 
-bool Mailboxes::remove(std::uint64_t local, const RemoteFailure* death) {
+bool Mailboxes::remove(std::uint64_t local, const RemoteFailure* death, bool onlyStarting) {
   std::shared_ptr<Cell> cell;
   {
     std::lock_guard lock(mutex_);
     if (death) deaths_.emplace(local, *death);  // also one that never came to be hosted
     auto it = cells_.find(local);
     if (it == cells_.end()) return false;
+    if (onlyStarting) {
+      // Checked and closed (below) without letting go of mutex_, so a start
+      // that returns meanwhile leaves a started actor to the normal stop.
+      std::lock_guard cellLock(it->second->mutex);
+      if (!it->second->starting) return false;
+      it->second->closed = true;
+    }
     cell = std::move(it->second);
     cells_.erase(it);
   }
@@ -270,6 +294,7 @@ void Mailboxes::armGapTimer(const std::shared_ptr<Cell>& cell, ActorId sender,
 void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
   for (int i = 0; i < kDrainBatch; ++i) {
     Delivery delivery;
+    bool startTurn = false;  // the first turn is the first message (host())
     {
       std::lock_guard lock(cell->mutex);
       // The previous handler, if any, returned: cleared in this lock, not one of its own.
@@ -282,10 +307,15 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
       delivery = std::move(cell->mailbox.front());
       cell->mailbox.pop_front();
       cell->running = true;
+      startTurn = cell->starting;
     }
     std::size_t payloadBytes = delivery.payload.size();  // the handler may take the payload
     run(*cell->actor, delivery);
     consumed(delivery.envelope, payloadBytes);
+    if (startTurn) {
+      std::lock_guard lock(cell->mutex);
+      cell->starting = false;
+    }
   }
   {
     std::lock_guard lock(cell->mutex);

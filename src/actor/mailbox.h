@@ -46,8 +46,10 @@ class Mailboxes {
   /// Forgets actor `local` (a running handler keeps it alive until it
   /// returns) and refuses what waited in its mailbox; false when there was
   /// none. With `death` (a kActorFailed failure) the actor died: the waiting
-  /// messages, and every later one, are refused with it.
-  bool remove(std::uint64_t local, const RemoteFailure* death = nullptr);
+  /// messages, and every later one, are refused with it. `onlyStarting`:
+  /// only while its first turn (Actor::onStart) has not returned.
+  bool remove(std::uint64_t local, const RemoteFailure* death = nullptr,
+              bool onlyStarting = false);
   /// `onThisThread`: run the drain on this pool thread right after its
   /// current task (the read that delivered the message), saving a hand-off.
   void enqueue(Delivery&& delivery, bool onThisThread);

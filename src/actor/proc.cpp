@@ -386,6 +386,8 @@ void Proc::setRawAgent(std::uint64_t local, RawHandler handler) {
 
 void Proc::stopLocal(std::uint64_t local) { removeLocal(local, nullptr); }
 
+bool Proc::stopLocalIfStarting(std::uint64_t local) { return removeLocal(local, nullptr, true); }
+
 void Proc::failLocal(std::uint64_t local, const ActorFailed& death) {
   auto failure = detail::describeFailure(std::make_exception_ptr(death), death.rank());
   removeLocal(local, &failure);
@@ -393,10 +395,11 @@ void Proc::failLocal(std::uint64_t local, const ActorFailed& death) {
     module->actorFailed(ActorId{impl_->options.rank, local}, death.actor(), death.cause());
 }
 
-void Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death) {
+bool Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death,
+                       bool onlyStarting) {
   CROWN_CHECK(local != kAgentLocalId, "the proc agent cannot be stopped");
   auto held = impl_->ports->holdsOf(local);  // its handles may go with it in remove()
-  if (!impl_->mailboxes.remove(local, death)) return;
+  if (!impl_->mailboxes.remove(local, death, onlyStarting)) return false;
   impl_->sequencer.forgetSender({impl_->options.rank, local});
   impl_->flow.forgetActor({impl_->options.rank, local});
   // DLV-1: its ports fail, and the ports it held hear it went (port.h).
@@ -406,6 +409,7 @@ void Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death) 
   impl_->ports->ownerGone(local, gone);
   impl_->ports->holderGone(held, gone);
   for (Module* module : impl_->modules) module->actorStopped(local);
+  return true;
 }
 
 void Proc::forgetDestination(std::uint64_t local) {

@@ -20,6 +20,9 @@ class MeshAgent : public Actor {
   MeshAgent(Proc& proc, MeshModule& module) {
     handle<SpawnMeshActor>([&proc, &module](const SpawnMeshActor& spawn) {
       auto point = std::make_shared<const Point>(Point{spawn.shape, proc.rank()});
+      // here() before the member's first turn, which may run as soon as it is
+      // hosted (Actor::onStart); failLocal and stopLocal forget it.
+      module.remember(spawn.local, point);
       std::unique_ptr<Actor> actor;
       const Point* outer = std::exchange(t_constructing, point.get());  // here() in the constructor
       try {
@@ -28,6 +31,7 @@ class MeshAgent : public Actor {
         actor = crown::detail::constructActor(spawn.factory, spawn.name, spawn.args, proc.rank());
       } catch (const std::exception& e) {
         t_constructing = outer;
+        module.actorStopped(spawn.local);  // never hosted: its point goes
         // The member died being born: later messages to it are refused with
         // the cause, and the mesh's owner hears (design.md's failure model).
         proc.failLocal(spawn.local,
@@ -36,11 +40,14 @@ class MeshAgent : public Actor {
       }
       t_constructing = outer;
       proc.spawnLocalAt(spawn.local, std::move(actor), spawn.name);
-      // No message reaches the new actor before the spawn's cast completes
-      // (only then does anyone know its id), so this is in time for here().
-      module.remember(spawn.local, std::move(point));
     });
-    handle<StopMeshActor>([&proc](const StopMeshActor& stop) { proc.stopLocal(stop.local); });
+    handle<StopMeshActor>([&proc](const StopMeshActor& stop) {
+      if (stop.onlyStarting) {
+        proc.stopLocalIfStarting(stop.local);
+      } else {
+        proc.stopLocal(stop.local);
+      }
+    });
   }
 };
 

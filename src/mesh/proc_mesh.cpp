@@ -29,8 +29,11 @@ void spawnMesh(const Shape& shape, const SpawnMeshActor& spawn) {
   }
 }
 
-void stopMesh(const Shape& shape, std::uint64_t local) {
-  auto stopped = meshAgents(shape).call<void>(StopMeshActor{local}).get();
+void stopMesh(const Shape& shape, std::uint64_t local, bool onlyStarting) {
+  auto stopped = meshAgents(shape).call<void>(StopMeshActor{local, onlyStarting}).get();
+  // The members stopped here are refused the stop that follows; its
+  // stopMesh forgets their order counters with the others'.
+  if (onlyStarting) return;
   // Only the stopped members' order counters: a slice's other members serve on.
   Proc::current().forgetDestination(local, shape.ranks());
   std::vector<MeshError::Failure> failures;

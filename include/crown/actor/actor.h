@@ -30,6 +30,9 @@ struct HandlerResult {
 /// Takes the message's payload, which a raw handler may move from.
 using Handler = std::function<HandlerResult(wire::Bytes&)>;
 struct ActorAccess;
+/// The type name of an actor's first turn (Actor::onStart), which its Proc
+/// puts in the mailbox as it hosts the actor; nothing else sends it.
+inline constexpr const char* kStartTurnType = "crown::StartTurn";
 }  // namespace detail
 
 class Actor {
@@ -82,6 +85,19 @@ class Actor {
   /// encoding (Python's pickles).
   void handleRaw(const std::string& type, detail::Handler handler) {
     handlers_[type] = std::move(handler);
+  }
+
+  /// Registers what runs in this actor's first turn, before any message
+  /// reaches it: the rest of its construction (a Python actor's __init__).
+  /// Hosting the actor returns at once, so a constructor that blocks holds
+  /// up this actor only (its messages wait behind it), not its spawner or
+  /// the proc's other spawns. What `start` throws kills the actor, as a
+  /// failed one-way message does, and its owner hears.
+  void onStart(std::function<void()> start) {
+    handlers_[detail::kStartTurnType] = [start = std::move(start)](wire::Bytes&) {
+      start();
+      return detail::HandlerResult{wire::messageName<detail::Unit>(), {}};
+    };
   }
 
  private:

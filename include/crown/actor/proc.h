@@ -202,6 +202,11 @@ class Proc {
   /// fail with ActorStopped. Its order state goes with it, and the modules
   /// hear of it (Module::actorStopped).
   void stopLocal(std::uint64_t local);
+  /// As stopLocal, but only while the actor's first turn (Actor::onStart: a
+  /// Python actor's __init__) has not returned, without waiting for it: a
+  /// member stuck in its constructor can be stopped. False when it had
+  /// started (stop it after its messages, then) or is not hosted.
+  bool stopLocalIfStarting(std::uint64_t local);
   /// As stopLocal, for an actor that died of `death` (design.md's failure
   /// model): what waits in its mailbox, and every later message, is refused
   /// with it (ActorFailed), not as stopped; then the modules hear
@@ -261,7 +266,8 @@ class Proc {
   void cancelRequest(std::uint64_t requestId);
 
  private:
-  void removeLocal(std::uint64_t local, const detail::RemoteFailure* death);
+  bool removeLocal(std::uint64_t local, const detail::RemoteFailure* death,
+                   bool onlyStarting = false);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -35,7 +35,10 @@ namespace mesh::detail {
 std::size_t chooseMember(Proc& proc, const Shape& shape);
 /// Stops mesh actor `local` on every proc of `shape` and waits; a lost
 /// member counts as stopped. Throws MeshError naming any other failure.
-void stopMesh(const Shape& shape, std::uint64_t local);
+/// `onlyStarting`: only the members whose constructor has not returned
+/// (Proc::stopLocalIfStarting), so that the stop that follows, after the
+/// messages sent before, does not wait on a constructor that never returns.
+void stopMesh(const Shape& shape, std::uint64_t local, bool onlyStarting = false);
 }  // namespace mesh::detail
 
 template <class A>

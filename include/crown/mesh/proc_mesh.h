@@ -27,12 +27,14 @@ struct SpawnMeshActor {
   }
 };
 
-/// What the mesh agent of each member receives to stop it.
+/// What the mesh agent of each member receives to stop it. `onlyStarting`:
+/// only a member whose constructor has not returned (Proc::stopLocalIfStarting).
 struct StopMeshActor {
   std::uint64_t local = 0;
+  bool onlyStarting = false;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& local;
+    archive& local& onlyStarting;
   }
 };
 
