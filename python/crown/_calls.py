@@ -70,7 +70,7 @@ class EndpointRef:
                 entries.append((rank, None, _entry_error(error, self._mesh._name, self._name,
                                                          rank)))
                 continue
-            value = _outcome(payload, rank, self._mesh._name)
+            value = _outcome(payload, rank, self._mesh._name, self._name)
             if isinstance(value, ActorError):
                 entries.append((rank, None, value))
             else:
@@ -124,7 +124,7 @@ class EndpointRef:
             except SupervisionError as e:
                 raise _supervision_error(str(e), rank, getattr(e, "host", ""), self._mesh._name,
                                          self._name, getattr(e, "cause", None)) from None
-            value = _outcome(payload, rank, self._mesh._name)
+            value = _outcome(payload, rank, self._mesh._name, self._name)
             if isinstance(value, ActorError):
                 raise value
             return value

@@ -206,7 +206,11 @@ def _check_endpoint_kinds(cls: type) -> None:
     _endpoint_kinds_checked.add(cls)
 
 
-def _outcome(payload: bytes, rank: int, actor: str):
+def _outcome(payload: bytes, rank: int, actor: str, endpoint: Optional[str] = None):
+    """A reply as the caller reads it: the value, or the ActorError of what the
+    endpoint raised, whose text leads with Monarch's sentence ("Actor call
+    <mesh>.<endpoint> failed.") and goes on with crown's (rank, type, remote
+    traceback)."""
     tag, body = payload[:1], payload[1:]
     if tag == _protocol.VALUE:
         return _pickle.loads(body)
@@ -217,7 +221,9 @@ def _outcome(payload: bytes, rank: int, actor: str):
             exception = _pickle.loads(original)
         except Exception:  # the class may not exist here
             exception = None
-    error = ActorError(f"rank {rank}, actor '{actor}' raised {remote_type}: {message}\n"
+    call = f"{actor}.{endpoint}" if endpoint else actor
+    error = ActorError(f"Actor call {call} failed.\n"
+                       f"rank {rank}, actor '{actor}' raised {remote_type}: {message}\n"
                        f"remote traceback:\n{text}",
                        rank=rank, actor=actor, remote_type=remote_type, traceback=text,
                        exception=exception)
@@ -229,8 +235,10 @@ def _supervision_error(message: str, rank: int, host: str, actor: str, endpoint:
                        cause: Optional[str] = None):
     """A SupervisionError that says which call failed, where and why:
     ``.rank``, ``.host``, ``.actor`` (the mesh's name), ``.endpoint``, and
-    ``.cause`` when the actor died (its traceback)."""
-    exc = SupervisionError(f"call to {actor}.{endpoint}() failed: {message}")
+    ``.cause`` when the actor died (its traceback). Its text leads with
+    Monarch's sentences, which programs match on; crown's account follows."""
+    exc = SupervisionError(f"Endpoint call {actor}.{endpoint}() failed, The actor {actor} and "
+                           f"all its descendants have failed: {message}")
     exc.rank, exc.host, exc.actor, exc.endpoint, exc.cause = rank, host, actor, endpoint, cause
     return exc
 

@@ -43,8 +43,8 @@ class _Failed:
     def __init__(self, rank: int, body: bytes):
         self.rank, self.body = rank, body
 
-    def error(self, actor: str) -> "ActorError":
-        return _outcome(_protocol.RAISED + self.body, self.rank, actor)
+    def error(self, actor: str, endpoint: Optional[str] = None) -> "ActorError":
+        return _outcome(_protocol.RAISED + self.body, self.rank, actor, endpoint)
 
 
 class Port(Generic[R]):
@@ -138,7 +138,7 @@ class _PortedReplies:
             if self._calls is None:
                 return None
             try:
-                returned = _outcome(pending.get(timeout), rank, self._actor)
+                returned = _outcome(pending.get(timeout), rank, self._actor, self._ref._name)
                 error = returned if isinstance(returned, ActorError) else None
             except TimeoutError:
                 raise
@@ -245,7 +245,7 @@ class _PortedReplies:
             return True
         item = _pickle.loads(payload)
         if isinstance(item, _Failed):
-            self._settle(rank, None, item.error(self._actor))
+            self._settle(rank, None, item.error(self._actor, self._ref._name))
         else:
             self._settle(rank, item, None)
         return True

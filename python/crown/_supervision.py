@@ -41,7 +41,9 @@ class MeshFailure:
         self.cause = cause
 
     def report(self) -> str:
-        return (f"actor mesh '{self.mesh_name}': the member on rank {self.rank} "
+        # Monarch's sentence first (programs match on it), then crown's account.
+        return (f"The actor {self.mesh_name} and all its descendants have failed: "
+                f"actor mesh '{self.mesh_name}': the member on rank {self.rank} "
                 f"({self.host}) died: {self.cause}")
 
     def __str__(self):

@@ -94,8 +94,14 @@ def test_a_raising_broadcast_kills_that_member_and_its_owner_hears(faults):
     assert "member 2 gives up" in failure.cause and "ValueError" in failure.cause
     assert failure.mesh.size() == 4
     assert "rank 2" in failure.report()
+    # Monarch's sentences lead (programs match on them), crown's account follows.
+    assert failure.report().startswith(
+        "The actor dies_on_broadcast and all its descendants have failed: "), failure.report()
     with pytest.raises(SupervisionError) as dead:
         members.slice(ranks=2).work.call_one().get(timeout=WAIT)
+    assert str(dead.value).startswith(
+        "Endpoint call dies_on_broadcast.work() failed, The actor dies_on_broadcast and all its "
+        "descendants have failed: "), str(dead.value)
     assert dead.value.rank == 2
     assert (dead.value.actor, dead.value.endpoint) == ("dies_on_broadcast", "work")
     assert "member 2 gives up" in dead.value.cause

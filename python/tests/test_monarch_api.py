@@ -88,6 +88,13 @@ def test_call_raises_the_first_failed_members_error_saying_how_many_others(membe
     assert again.value is error
 
 
+def test_an_actor_error_leads_with_monarchs_sentence(members):
+    with pytest.raises(ActorError) as raised:
+        members.slice(procs=2).fail_on.call_one([2]).get(timeout=30)
+    assert str(raised.value).startswith("Actor call members.fail_on failed.\n"), str(raised.value)
+    assert "rank 2 fails" in str(raised.value)
+
+
 def test_call_with_one_failure_says_it_was_the_only_one_and_await_raises_too(members):
     async def awaited():
         return await members.fail_on.call([2])

@@ -61,7 +61,7 @@ def test_a_killed_process_raises_supervision_error_and_survivors_serve(faults):
     assert raised.value.rank == 2
     assert raised.value.host
     assert (raised.value.actor, raised.value.endpoint) == ("sleeper", "nap")
-    assert "call to sleeper.nap() failed" in str(raised.value), str(raised.value)
+    assert "Endpoint call sleeper.nap() failed, The actor sleeper and all its descendants have failed" in str(raised.value), str(raised.value)
     # SIGKILL runs no code: the loss says that nothing was said (issue 10).
     assert "no last words" in str(raised.value), str(raised.value)
     pending = sleepers.nap.call(0)
@@ -125,7 +125,7 @@ def test_a_process_that_calls_exit_says_its_code(faults):
     quitters = crown.world().slice(procs=1).spawn("quitter1", Quitter)
     loss = _loss_of(quitters.exit_in_c.call_one(3))
     assert "rank 1" in loss and "exited with code 3" in loss, loss
-    assert "call to quitter1.exit_in_c() failed" in loss, loss
+    assert "Endpoint call quitter1.exit_in_c() failed, " in loss, loss
     failure = faults.of("quitter1")
     assert failure.rank == 1 and "exited with code 3" in failure.cause, failure.report()
 
