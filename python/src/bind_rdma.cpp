@@ -44,14 +44,6 @@ void checkOnGpu(std::uintptr_t address, bool onGpu) {
   }
 }
 
-bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 // What owns a registered buffer's memory (the tensor, array or memoryview),
 // held by the registration and let go of, with the GIL, on whichever thread
 // ends it (the pool's, or the proc's stop); once the interpreter is gone or

@@ -39,14 +39,6 @@ std::chrono::milliseconds fromSeconds(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
 }
 
-bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 // On the proc agent's pool thread. No Python object is kept, so nothing of
 // Python's outlives the interpreter; once it is finalising, only the log
 // line (already written) remains.

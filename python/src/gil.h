@@ -8,6 +8,16 @@
 
 namespace crown::python {
 
+/// The interpreter is shutting down: a runtime thread must not take the GIL
+/// (it may never be given back) nor free Python objects.
+inline bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 class Gil {
  public:
   Gil() {
