@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "crown/actor/agent.h"
@@ -67,6 +69,42 @@ class Recorder : public Actor {
 class Broken : public Actor {
  public:
   Broken() { throw std::runtime_error("cannot construct"); }
+};
+
+// Its first turn (Actor::onStart) waits for the gate: a constructor that
+// blocks. What it saw first is recorded, to show it ran before any message.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable opened;
+  bool open = false;
+  void wait() {
+    std::unique_lock lock(mutex);
+    opened.wait(lock, [this] { return open; });
+  }
+  void set(bool value) {
+    {
+      std::lock_guard lock(mutex);
+      open = value;
+    }
+    opened.notify_all();
+  }
+};
+Gate g_gate;
+
+class SlowStarter : public Actor {
+ public:
+  explicit SlowStarter(bool fail) {
+    onStart([this, fail] {
+      g_gate.wait();
+      if (fail) throw std::runtime_error("start failed");
+      seen_.push_back(-1);
+    });
+    handle<Add>([this](const Add& add) { seen_.push_back(add.value); });
+    handle<Get>([this](const Get&) { return seen_; });
+  }
+
+ private:
+  std::vector<int> seen_;
 };
 
 class ActorTest : public ::testing::Test {
@@ -183,6 +221,43 @@ TEST_F(ActorTest, ContinuationsRunWithTheReply) {
 TEST_F(ActorTest, ARankOutsideTheJobIsAnError) {
   EXPECT_THROW(Proc::current().request<Rank>({5, kAgentLocalId}, agent::Ping{}).get(5s),
                ConfigError);
+}
+
+TEST_F(ActorTest, AFirstTurnRunsBeforeAnyMessageAndHoldsUpOnlyItsActor) {
+  g_gate.set(false);
+  auto starter = spawnOn<SlowStarter>(0, "starter", false).get(5s);  // hosted: not waiting
+  starter.send(Add{1});
+  auto seen = starter.call<std::vector<int>>(Get{});
+  auto other = spawnOn<Recorder>(0, "other", 0).get(5s);
+  EXPECT_EQ(other.call<std::vector<int>>(Get{}).get(5s), std::vector<int>{0});
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(seen.isReady());  // behind the first turn
+  g_gate.set(true);
+  EXPECT_EQ(seen.get(5s), (std::vector<int>{-1, 1}));
+}
+
+TEST_F(ActorTest, AFirstTurnThatThrowsKillsTheActorWithItsCause) {
+  g_gate.set(true);
+  auto starter = spawnOn<SlowStarter>(0, "starter", true).get(5s);
+  try {
+    starter.call<std::vector<int>>(Get{}).get(5s);
+    FAIL() << "a dead actor answered";
+  } catch (const ActorFailed& e) {
+    EXPECT_NE(std::string(e.what()).find("start failed"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ActorTest, StopLocalIfStartingStopsOnlyAnActorStillInItsFirstTurn) {
+  g_gate.set(false);
+  auto stuck = spawnOn<SlowStarter>(0, "stuck", false).get(5s);
+  auto waiting = stuck.call<std::vector<int>>(Get{});
+  EXPECT_TRUE(proc_->stopLocalIfStarting(stuck.id().local));
+  EXPECT_THROW(waiting.get(5s), ActorStopped);  // refused at once, not after the gate
+  g_gate.set(true);
+  auto started = spawnOn<SlowStarter>(0, "started", false).get(5s);
+  EXPECT_EQ(started.call<std::vector<int>>(Get{}).get(5s), std::vector<int>{-1});
+  EXPECT_FALSE(proc_->stopLocalIfStarting(started.id().local));
+  EXPECT_EQ(started.call<std::vector<int>>(Get{}).get(5s), std::vector<int>{-1});  // serving
 }
 
 TEST(ActorRefTest, SerializesAsItsAddress) {
