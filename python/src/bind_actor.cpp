@@ -165,8 +165,8 @@ class CastStream {
   MeshStream<Outcome> stream_;
 };
 
-// A spawn under way: each member's constructor, as (rank, what) for each
-// that failed, once all have run.
+// A spawn under way: each member hosted (its __init__ then runs in its own
+// first turn), as (rank, what) for each rank that could not host it.
 class SpawnFuture {
  public:
   explicit SpawnFuture(Future<ValueMesh<void>> future) : future_(std::move(future)) {}
@@ -182,7 +182,7 @@ class SpawnFuture {
     return out;
   }
   bool done() const { return future_.isReady(); }
-  /// Waits up to `timeout` seconds for every constructor, cancelling nothing.
+  /// Waits up to `timeout` seconds for every member to be hosted, cancelling nothing.
   bool wait(double timeout) {
     py::gil_scoped_release release;
     ProgramWait abortable;
@@ -222,15 +222,6 @@ void bindActor(py::module_& m) {
       .def("next", &CastStream::next, py::arg("timeout") = py::none());
 
   m.def(
-      "spawn",
-      [](const mesh::Shape& shape, const std::string& name, const py::bytes& payload) {
-        std::string bytes = payload;
-        py::gil_scoped_release release;  // rank 0's own actor is constructed on a pool thread
-        return ProcMesh(shape).spawn<PyActor>(name, bytes).localId();
-      },
-      "Constructs the pickled (class, args, kwargs) on every rank of shape; returns the "
-      "mesh's actor id.");
-  m.def(
       "spawn_start",
       [](const mesh::Shape& shape, const std::string& name, const py::bytes& payload,
          std::optional<std::uint64_t> chosen) {
@@ -248,7 +239,9 @@ void bindActor(py::module_& m) {
         return py::make_tuple(local, SpawnFuture(std::move(*future)));
       },
       py::arg("shape"), py::arg("name"), py::arg("payload"), py::arg("local") = py::none(),
-      "As spawn, without waiting: (the mesh's actor id, a SpawnFuture of the failures). "
+      "Hosts a PyActor of the pickled (class, args, kwargs) on every rank of shape, without "
+      "waiting: (the mesh's actor id, a SpawnFuture that completes once every rank has "
+      "hosted its member; each runs its __init__ in its own first turn). "
       "`local`: an id from new_mesh_id(), for a caller that records it first.");
   m.def(
       "new_mesh_id", [] { return mesh::detail::newMeshLocal(Proc::current()); },
