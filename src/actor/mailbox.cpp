@@ -124,7 +124,11 @@ ActorId Mailboxes::host(std::unique_ptr<Actor> actor, std::uint64_t local, std::
                         std::to_string(proc_.rank()));
     }
   }
-  if (starts) scheduleDrain(cell, false);
+  if (starts) {
+    scheduleDrain(cell, false);  // actorStarted once its first turn has returned
+  } else {
+    for (Proc::Module* module : proc_.modules()) module->actorStarted(local);
+  }
   return id;
 }
 
@@ -313,8 +317,16 @@ void Mailboxes::drain(const std::shared_ptr<Cell>& cell) {
     run(*cell->actor, delivery);
     consumed(delivery.envelope, payloadBytes);
     if (startTurn) {
-      std::lock_guard lock(cell->mutex);
-      cell->starting = false;
+      bool started = false;
+      {
+        std::lock_guard lock(cell->mutex);
+        cell->starting = false;
+        started = !cell->closed;  // not dead of it, nor stopped meanwhile
+      }
+      // Constructed: the modules hear (supervision hands it what waited).
+      if (started) {
+        for (Proc::Module* module : proc_.modules()) module->actorStarted(cell->actor->id().local);
+      }
     }
   }
   {

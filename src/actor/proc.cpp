@@ -372,9 +372,9 @@ ActorId Proc::spawnLocal(std::unique_ptr<Actor> actor, std::string name) {
 }
 
 ActorId Proc::spawnLocalAt(std::uint64_t local, std::unique_ptr<Actor> actor, std::string name) {
-  ActorId id = impl_->mailboxes.host(std::move(actor), local, std::move(name));
-  for (Module* module : impl_->modules) module->actorStarted(local);
-  return id;
+  // The modules hear actorStarted from the mailboxes: now, or after the
+  // actor's first turn (Actor::onStart) when it has one.
+  return impl_->mailboxes.host(std::move(actor), local, std::move(name));
 }
 
 void Proc::setRawAgent(std::uint64_t local, RawHandler handler) {

@@ -46,7 +46,9 @@ class Proc::Module {
   /// A peer's link died; its pending requests have failed already. A pool thread.
   virtual void peerLost(Rank /*peer*/, const std::string& /*reason*/) {}
   /// Actor `local` of this Proc is hosted from now on (Proc::spawnLocalAt),
-  /// its constructor done. The thread that hosted it.
+  /// its constructor done: the thread that hosted it; for an actor with a
+  /// first turn (Actor::onStart), the thread that ran it, once it returned
+  /// (not at all when the actor died of it).
   virtual void actorStarted(std::uint64_t /*local*/) {}
   /// Actor `local` of this Proc was stopped; its id is not reused.
   virtual void actorStopped(std::uint64_t /*local*/) {}
