@@ -211,6 +211,24 @@ def test_reports_for_an_owner_still_in_its_init_wait_for_it(faults):
     parent.stop().get(timeout=WAIT)
 
 
+class SlowFailingParent(Parent):
+    """As SlowParent, but its __init__ then raises: it never supervised."""
+
+    def __init__(self, ranks):
+        super().__init__("init", ranks, FailingChild)
+        time.sleep(1.0)
+        raise RuntimeError("parent born broken")
+
+
+def test_reports_for_an_owner_whose_init_then_fails_go_up_with_its_death(faults):
+    _spawn_parent("failing-parent", SlowFailingParent, (1, 2))
+    failure = faults.of("failing-parent")
+    assert "RuntimeError: parent born broken" in failure.cause, failure.cause
+    for rank in (1, 2):
+        assert (f"it died before it could supervise its mesh 'children-init': actor mesh "
+                f"'children-init': the member on rank {rank}") in failure.cause, failure.cause
+
+
 def test_stopping_an_owner_stops_the_mesh_its_init_spawned():
     parent = _spawn_parent("stopped-parent", Parent, "init", (1, 2))
     children = parent.children_mesh.call_one().get(timeout=WAIT)
