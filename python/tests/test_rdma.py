@@ -20,6 +20,7 @@ import crown
 from crown import _crown
 from crown.actor import Actor, current_rank, endpoint
 from crown.rdma import RDMAAction, RDMABuffer, RDMAError, RDMAFallbackWarning
+from polling import eventually
 
 EXPECT_WINDOW = os.environ.get("CROWN_RDMA_WINDOW", "1") != "0"
 
@@ -217,18 +218,6 @@ def test_a_buffer_nobody_keeps_lives_until_dropped(holders):
     with pytest.raises(RDMAError, match="was dropped"):
         handle.read_into(into).get(timeout=30)
     assert (into == 7).all()
-
-
-def eventually(read, settled, seconds=10.0):
-    """The first value of read() that settled() accepts, or the last after
-    `seconds`: a dropped region leaves the window on the pool, just after its
-    drop completes."""
-    give_up = time.monotonic() + seconds
-    value = read()
-    while not settled(value) and time.monotonic() < give_up:
-        time.sleep(0.002)
-        value = read()
-    return value
 
 
 def test_a_buffer_of_a_stopped_actor_is_dropped_with_it():

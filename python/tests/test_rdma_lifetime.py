@@ -27,6 +27,7 @@ import crown
 from crown import _crown
 from crown.actor import Actor, endpoint
 from crown.rdma import RDMAAction, RDMABuffer, RDMAError
+from polling import eventually
 
 _tracked = []  # weak references to the tensors this process's Servers handed out
 
@@ -96,15 +97,6 @@ class Reader(Actor):
 def world():
     procs = crown.world_flat()
     return procs.slice(ranks=1).spawn("server", Server), procs.slice(ranks=2).spawn("reader", Reader)
-
-
-def eventually(read, settled, seconds=10.0):
-    give_up = time.monotonic() + seconds
-    value = read()
-    while not settled(value) and time.monotonic() < give_up:
-        time.sleep(0.01)
-        value = read()
-    return value
 
 
 def test_a_returned_buffer_nobody_keeps_reads_and_writes_until_dropped(world):
