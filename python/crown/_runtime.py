@@ -438,11 +438,16 @@ def dying(instance, cause: str) -> Optional[str]:
     error = getattr(_current, "error", None)
     _current.error = None
     if instance is None:  # its __init__ failed: no __cleanup__, but what it spawned stops
-        actor = current_actor()
-        if actor is not None:
-            _supervision.stop_owned(actor[1])
+        _stop_what_it_spawned()
         return None
     return finish(instance, error if error is not None else RuntimeError(cause))
+
+
+def _stop_what_it_spawned() -> None:
+    """Every mesh the actor this code runs for spawned stops (recursively)."""
+    actor = current_actor()
+    if actor is not None:
+        _supervision.stop_owned(actor[1])
 
 
 def finish(instance, exc) -> Optional[str]:
@@ -455,9 +460,7 @@ def finish(instance, exc) -> Optional[str]:
     if instance.__dict__.get("_crown_finished"):
         return None
     instance.__dict__["_crown_finished"] = True
-    actor = current_actor()
-    if actor is not None:
-        _supervision.stop_owned(actor[1])
+    _stop_what_it_spawned()
     loop = instance.__dict__.get("_crown_loop_thread")
     if loop is not None:
         loop.cancel_tasks()
