@@ -12,10 +12,11 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import sys
 import threading
 from typing import Dict, Generic, List, Optional, Set, TypeVar
 
-from . import _crown, _pickle, _placement, _protocol, _supervision
+from . import _client, _crown, _pickle, _placement, _protocol, _supervision
 from ._calls import EndpointRef, NotAnEndpoint
 from ._context import current_actor
 from ._endpoints import Actor, _check_endpoint_kinds, _construct, _unpicklable, endpoint
@@ -31,14 +32,26 @@ Shape = _crown.Shape
 class ProcMesh(_Sliceable):
     """Processes (ranks) with named dimensions."""
 
-    def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None):
+    def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None,
+                 started: Optional[List[int]] = None, of_started: bool = False):
         self._shape = shape
         # The ranks stop() was called on, shared with every slice of this mesh
         # (and the mesh it was sliced from): a stop reaches exactly its ranks.
         self._stopped = stopped if stopped is not None else set()
+        # The ranks of the processes spawn_procs started for this mesh, which
+        # its stop() ends; None for a slice, a copy, or ranks of a launch.
+        self._started = started
+        self._of_started = of_started  # a slice or a copy of such a mesh: it cannot stop them
 
     def _with(self, shape):
-        return ProcMesh(shape, self._stopped)
+        return ProcMesh(shape, self._stopped, of_started=self._owns_processes())
+
+    def _owns_processes(self) -> bool:
+        return self._started is not None or self._of_started
+
+    def __reduce__(self):
+        # A copy owns no processes: only the mesh spawn_procs returned stops them.
+        return (ProcMesh, (self._shape, set(self._stopped), None, self._owns_processes()))
 
     def stacks(self, native: bool = False, timeout: float = 5.0):
         """The stacks of every thread of every process of this mesh, asked of
@@ -92,14 +105,26 @@ class ProcMesh(_Sliceable):
         as ActorMesh.stop does (a mesh that also spans other procs keeps its
         members there), and spawns on these ranks fail from then on, through
         this ProcMesh or any mesh it was sliced from or sliced into; other
-        ranks of those meshes spawn and serve as before. The processes
-        themselves live on: the launcher started them, and they serve other
-        meshes until the job ends (a new ``crown.world()`` spawns there).
-        Returns a done Future (``await procs.stop()`` works)."""
+        ranks of those meshes spawn and serve as before. Procs that
+        spawn_procs started (a controller that no launcher started) then end,
+        and this returns once they are gone; a second stop() does nothing.
+        Procs of a launch live on: the launcher started them, and they serve
+        other meshes until the job ends (a new ``crown.world()`` spawns
+        there). Returns a done Future (``await procs.stop()`` works).
+        Raises RuntimeError on a slice or a copy of started procs, as Monarch
+        does: only their owner ends them."""
+        if self._started is None and self._of_started:
+            raise RuntimeError(f"only the ProcMesh that spawn_procs returned stops its procs; "
+                               f"this ({self._shape}) is a slice or a copy of it")
         ranks = set(self._shape.ranks())
+        engines = sys.modules.get("crown.tensor._engine")  # loaded only by a program using tensors
+        if self._started is not None and engines is not None:
+            engines.finish_ranks(ranks)  # before their engines stop with the actors below
         actor = current_actor()
         _supervision.stop_owned(actor[1] if actor is not None else None, ranks)
         self._stopped.update(ranks)
+        if self._started is not None:
+            _client.stop(self._started)
         return Future(lambda timeout: None)
 
     def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":
@@ -255,11 +280,10 @@ class ActorMesh(_Sliceable, Generic[R]):
 
 
 class HostMesh:
-    """One host of the launch and the ranks the launch started on it.
-
-    crown starts no process after the launch: mpirun (or srun, sbatch) started
-    every process the job will have. So a HostMesh hands out ranks that exist
-    already rather than spawning new ones: see procs()."""
+    """One host and its procs. Under a launch (mpirun, srun, sbatch), the
+    ranks the launch started on it: procs() hands those out rather than
+    starting processes. In a controller that no launcher started (a plain
+    ``python3``, a notebook), spawn_procs() starts new processes on it."""
 
     def __init__(self, shape: Shape):
         self._shape = shape  # {"procs": P}: this host's ranks of the launch
@@ -282,6 +306,8 @@ class HostMesh:
                 raise ValueError(f"per_host={per_host}: each entry must be a dimension name "
                                  f"and a size of at least 1, not {label!r}: {size!r}")
         wanted = math.prod(per_host.values())
+        if _client.starts_procs():
+            return self._start(per_host, wanted)
         available = len(self._shape)
         if wanted > available:
             raise ValueError(f"spawn_procs(per_host={per_host}) asks for {wanted} procs, but "
@@ -294,17 +320,39 @@ class HostMesh:
         return ProcMesh(shape.split("procs", list(per_host.items())))
 
     def spawn_procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
-        """Monarch's name for procs(): the same ranks, already running; no
-        process is started."""
+        """Monarch's name for procs(). In a controller that no launcher
+        started, each call starts ``prod(per_host.values())`` new processes
+        (one without per_host) and returns them as a ProcMesh of per_host's
+        dimensions, once every one has joined; ProcMesh.stop() ends them, as
+        does the controller's exit. Under a launch, the launch's ranks."""
         return self.procs(per_host)
+
+    @staticmethod
+    def _start(per_host: Dict[str, int], wanted: int) -> ProcMesh:
+        ranks = _client.start(max(wanted, 1))
+        shape = Shape(["procs"], _Run(ranks[0], len(ranks)))
+        if per_host:
+            shape = shape.split("procs", list(per_host.items()))
+        else:
+            shape = shape.select({"procs": 0})
+        return ProcMesh(shape, started=ranks)
 
     def __repr__(self):
         return f"HostMesh(ranks={self.ranks})"
 
 
+class _Run:
+    """Consecutive ranks as Shape(labels, slice) reads a slice."""
+
+    def __init__(self, first: int, count: int):
+        self.offset, self.sizes, self.strides = first, [count], [1]
+
+
 def this_host() -> HostMesh:
     """The host this code runs on, as in Monarch: the controller's in main(),
-    an actor's own inside its endpoints."""
+    an actor's own inside its endpoints. A process that no launcher started
+    becomes the controller here (Monarch's client: _client.py)."""
+    _client.ensure_started()
     world = _crown.world_shape()
     host = world.select({"hosts": world.coordinates(_crown.rank())["hosts"]})
     if _placement.controller == "dedicated" and host.ranks()[0] == 0:
@@ -316,4 +364,5 @@ def this_proc() -> ProcMesh:
     """The ProcMesh of just the process this code runs on (no dimensions), as
     in Monarch: the controller's in main(), an actor's own inside its
     endpoints. ``this_proc().spawn(...)`` puts one actor there."""
+    _client.ensure_started()
     return ProcMesh(Shape([("ranks", _crown.size())]).select({"ranks": _crown.rank()}))

@@ -88,6 +88,8 @@ def dumps_parts(obj, prefix: bytes = b""):
     buffers = []
     try:
         data = _pickle(pickle.Pickler, obj, buffers)
+        if _main_by_value and b"__main__" in data:  # names the client's __main__: by value
+            raise pickle.PicklingError("__main__ by value")
     except Exception:  # a lambda, a class defined in a function: by value
         buffers.clear()
         data = _pickle(cloudpickle.CloudPickler, obj, buffers)  # its failure is the caller's
@@ -96,6 +98,17 @@ def dumps_parts(obj, prefix: bytes = b""):
     raws = [b.raw() for b in buffers]
     lengths = struct.pack(f"<{len(raws) + 1}Q", len(data), *(r.nbytes for r in raws))
     return b"".join([prefix, _HEADER.pack(len(raws)), lengths, data]), raws
+
+
+_main_by_value = False
+
+
+def main_by_value(on: bool) -> None:
+    """In a controller whose procs do not run its script (_client.py), what
+    names its ``__main__`` (an actor class of a notebook, a function of the
+    script) travels by value, through cloudpickle, rather than by name."""
+    global _main_by_value
+    _main_by_value = on
 
 
 def buffer_count(payload) -> int:

@@ -241,6 +241,23 @@ void bindRuntime(py::module_& m) {
       "On the controller: replaces the lost ranks with new processes (MPI_Comm_spawn) and "
       "returns their ranks, in the same order.");
   m.def(
+      "spawn_procs",
+      [](std::size_t count, const std::string& program, const std::vector<std::string>& arguments) {
+        return Runtime::current().spawnProcs(count, program, arguments);
+      },
+      py::arg("count"), py::arg("program"), py::arg("arguments"),
+      py::call_guard<py::gil_scoped_release>(),
+      "On the controller: starts count new processes of program (MPI_Comm_spawn), which join "
+      "the fabric, and returns their ranks (consecutive; they share an MPI world).");
+  m.def(
+      "stop_spawned",
+      [](const std::vector<Rank>& ranks) { Runtime::current().stopSpawned(ranks); },
+      py::call_guard<py::gil_scoped_release>(),
+      "On the controller: ends processes that spawn_procs started, and waits until they are gone.");
+  m.def("launched_alone", &Runtime::launchedAlone,
+        "True when no launcher (mpirun, srun) started this process: crown makes it an MPI "
+        "singleton, which starts procs on demand.");
+  m.def(
       "log",
       [](const std::string& level, const std::string& message) {
         auto parsed = spdlog::level::from_str(level);

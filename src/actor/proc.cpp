@@ -54,8 +54,9 @@ struct Proc::Impl {
   bool installing = true;  // raw agents may be set only while modules install
   std::atomic<bool> stopped{false};
   std::mutex lostHookMutex;
-  std::mutex lostPeersMutex;
+  mutable std::mutex lostPeersMutex;
   std::unordered_set<Rank> lostPeers;  // each reported once: by a link, or by declareLost
+  std::unordered_set<Rank> departingPeers;  // expectDeparture: their loss is no failure
   std::function<void(const LostMessages&)> lostHook;
   mutable std::mutex joinedHostsMutex;
   std::map<Rank, std::string> joinedHosts;  // a node map: host() hands out references
@@ -287,6 +288,16 @@ std::optional<std::chrono::steady_clock::time_point> Proc::lastHeard(Rank rank) 
 void Proc::declareLost(Rank peer, const std::string& reason) {
   CROWN_CHECK(peer < size() && peer != rank(), "declareLost of rank " + std::to_string(peer));
   impl_->onPeerLost(*this, peer, reason);
+}
+
+void Proc::expectDeparture(Rank peer) {
+  std::lock_guard lock(impl_->lostPeersMutex);
+  impl_->departingPeers.insert(peer);
+}
+
+bool Proc::departing(Rank peer) const {
+  std::lock_guard lock(impl_->lostPeersMutex);
+  return impl_->departingPeers.count(peer) != 0;
 }
 
 const std::vector<Proc::Module*>& Proc::modules() const { return impl_->modules; }

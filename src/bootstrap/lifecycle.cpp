@@ -22,6 +22,9 @@ class ShutdownAgent : public Actor {
     handle<RankJoined>([&proc](const RankJoined& joined) {
       proc.admitRank(joined.rank, joined.host, joined.address);
     });
+    handle<RanksDeparting>([&proc](const RanksDeparting& departing) {
+      for (Rank rank : departing.ranks) proc.expectDeparture(rank);
+    });
     handle<MpiUnusable>([&lifecycle](const MpiUnusable& unusable) {
       lifecycle.mpiUnusable(unusable.reason);
     });
@@ -120,8 +123,13 @@ void Lifecycle::peerLost(Rank peer, const std::string& reason) {
     std::lock_guard lock(mutex_);
     if (code_) return;  // shutting down: links closing are expected
   }
-  unexpectedLoss_ = true;
-  log::get().warn("lost rank {}: {}", peer, reason);
+  bool expected = proc_->departing(peer);  // its procs were stopped
+  if (expected) {
+    log::get().debug("rank {} left: {}", peer, reason);
+  } else {
+    unexpectedLoss_ = true;
+    log::get().warn("lost rank {}: {}", peer, reason);
+  }
   // Only before shutdown (the return above): a neighbour that closes its
   // links after the shutdown barrier is not lost, and MPI_Finalize needs it.
   if (mpi_) mpi_->abandonPeer(peer, reason);

@@ -72,6 +72,18 @@ struct RankJoined {
   }
 };
 
+/// The controller's word to every other rank that `ranks` are leaving by
+/// design (their procs were stopped: Runtime::stopSpawned): each expects
+/// their departure (Proc::expectDeparture), so that their links closing are
+/// no failure to report.
+struct RanksDeparting {
+  std::vector<Rank> ranks;
+  template <class Archive>
+  void serialize(Archive& archive, unsigned) {
+    archive& ranks;
+  }
+};
+
 /// The controller's word to every other rank that MPI on the controller is
 /// unusable for the rest of the job (a respawn left a helper thread inside
 /// MPI_Comm_spawn: respawn.h): each fails its MPI operations with the
@@ -150,3 +162,4 @@ CROWN_MESSAGE(crown::detail::Shutdown, "crown::Shutdown");
 CROWN_MESSAGE(crown::detail::RankLost, "crown::RankLost");
 CROWN_MESSAGE(crown::detail::RankJoined, "crown::RankJoined");
 CROWN_MESSAGE(crown::detail::MpiUnusable, "crown::MpiUnusable");
+CROWN_MESSAGE(crown::detail::RanksDeparting, "crown::RanksDeparting");

@@ -240,7 +240,7 @@ Future<void> MpiService::alltoall(Comm comm, const void* send, void* recv,
       nullptr);
 }
 
-void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts) {
+void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts, Rank first) {
   call([&] {
     // Errors come back as codes, so the async path can fail one future
     // instead of MPI aborting the job.
@@ -249,7 +249,7 @@ void MpiService::adoptWorld(MPI_Comm world, std::vector<std::string> hosts) {
     CROWN_CHECK_MPI(MPI_Comm_rank(world, &rank));
     CROWN_CHECK_MPI(MPI_Comm_size(world, &size));
     CommInfo in{world, static_cast<Rank>(rank), std::vector<Rank>(static_cast<std::size_t>(size))};
-    std::iota(in.members.begin(), in.members.end(), Rank{0});
+    std::iota(in.members.begin(), in.members.end(), first);
     std::lock_guard lock(mutex_);
     CROWN_CHECK(comms_.empty(), "MpiService::adoptWorld called twice");
     comms_.push_back(std::move(in));
@@ -343,31 +343,46 @@ Comm MpiService::commOver(const std::vector<std::size_t>& sizes,
   return made;
 }
 
+std::optional<Rank> MpiService::worldPosition(Rank rank) const {
+  std::lock_guard lock(mutex_);
+  if (comms_.empty()) return std::nullopt;  // a replacement's, or before bootstrap
+  const CommInfo& world = comms_.front();
+  Rank first = world.members.front();  // the world's ranks are consecutive (adoptWorld)
+  if (rank < first || rank - first >= world.members.size()) return std::nullopt;
+  return rank - first;
+}
+
 Comm MpiService::commOfRanks(const std::vector<Rank>& members, std::uint32_t instance) {
   auto key = std::make_pair(members, instance);
-  Rank worldRank = 0;
+  std::vector<int> positions;  // the members' ranks in the world, as MPI_Group_incl takes them
+  Rank self = 0;
   {
     std::lock_guard lock(mutex_);
     if (auto it = groups_.find(key); it != groups_.end()) return it->second;
     const CommInfo& world = info(Comm::world());
-    worldRank = world.rank;
+    Rank first = world.members.front();
+    Rank me = world.members[world.rank];
     std::vector<Rank> sorted = members;
     std::sort(sorted.begin(), sorted.end());
-    if (members.empty() || sorted.back() >= world.members.size() ||
+    bool outside = !members.empty() && (sorted.front() < first ||
+                                        sorted.back() - first >= world.members.size());
+    if (members.empty() || outside ||
         std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
       throw ConfigError("commOfRanks: " + std::to_string(members.size()) +
                         " members, some repeated or not ranks of a world of " +
                         std::to_string(world.members.size()) +
-                        (!members.empty() && sorted.back() >= world.members.size()
-                             ? " (a replacement started by respawn_lost is outside "
-                               "MPI_COMM_WORLD: MPI collectives do not reach it)"
-                             : ""));
+                        (outside ? " (a replacement started by respawn_lost, and procs started "
+                                   "by different spawn_procs calls, are outside each other's "
+                                   "MPI_COMM_WORLD: MPI collectives do not reach across)"
+                                 : ""));
     }
-  }
-  auto self = std::find(members.begin(), members.end(), worldRank);
-  if (self == members.end()) {
-    throw ConfigError("commOfRanks: rank " + std::to_string(worldRank) +
-                      " asked for a group it is not in");
+    auto at = std::find(members.begin(), members.end(), me);
+    if (at == members.end()) {
+      throw ConfigError("commOfRanks: rank " + std::to_string(me) +
+                        " asked for a group it is not in");
+    }
+    self = static_cast<Rank>(at - members.begin());
+    for (Rank member : members) positions.push_back(static_cast<int>(member - first));
   }
   Comm made;
   call([&] {
@@ -381,9 +396,9 @@ Comm MpiService::commOfRanks(const std::vector<Rank>& members, std::uint32_t ins
       world = info(Comm::world()).comm;
     }
     MPI_Group worldGroup, group;
-    std::vector<int> ranks(members.begin(), members.end());
     CROWN_CHECK_MPI(MPI_Comm_group(world, &worldGroup));
-    CROWN_CHECK_MPI(MPI_Group_incl(worldGroup, static_cast<int>(ranks.size()), ranks.data(), &group));
+    CROWN_CHECK_MPI(MPI_Group_incl(worldGroup, static_cast<int>(positions.size()),
+                                   positions.data(), &group));
     CommInfo in;
     // The tag tells apart groups made at once from the same parent; every
     // member of one group makes it with the same instance.
@@ -392,7 +407,7 @@ Comm MpiService::commOfRanks(const std::vector<Rank>& members, std::uint32_t ins
     MPI_Group_free(&worldGroup);
     CROWN_CHECK_MPI(status);
     CROWN_CHECK_MPI(MPI_Comm_set_errhandler(in.comm, MPI_ERRORS_RETURN));
-    in.rank = static_cast<Rank>(self - members.begin());
+    in.rank = self;
     in.members = members;
     std::lock_guard lock(mutex_);
     made = Comm(static_cast<std::uint32_t>(comms_.size()));

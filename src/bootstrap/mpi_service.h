@@ -39,7 +39,9 @@ class MpiService final : public crown::MpiService {
 
   /// After bootstrap, on the service thread: `world` becomes Comm::world()
   /// (the service does not own it) and `hosts` name the ranks in ProcessLost.
-  void adoptWorld(MPI_Comm world, std::vector<std::string> hosts);
+  /// `first`: crown's rank of the world's rank 0 (a spawned group's first;
+  /// 0 for the launch's world).
+  void adoptWorld(MPI_Comm world, std::vector<std::string> hosts, Rank first = 0);
   /// In a replacement for a lost rank (respawn.h), instead of adoptWorld:
   /// it is outside the job's MPI_COMM_WORLD, so there is no world, and an
   /// operation says so; `hosts` name the ranks in ProcessLost.
@@ -76,6 +78,7 @@ class MpiService final : public crown::MpiService {
   Comm commOver(const std::vector<std::size_t>& sizes, const std::vector<std::size_t>& dims,
                 std::uint32_t instance = 0) override;
   Comm commOfRanks(const std::vector<Rank>& members, std::uint32_t instance = 0) override;
+  std::optional<Rank> worldPosition(Rank rank) const override;
   Rank commRank(Comm comm) const override;
   std::vector<Rank> commMembers(Comm comm) const override;
   const void* nativeComm(Comm comm) const override;

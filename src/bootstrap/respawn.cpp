@@ -44,15 +44,18 @@ std::vector<std::string> thisArguments() {
   return words;
 }
 
-void sendBytes(MPI_Comm comm, int tag, const wire::Bytes& bytes) {
+// `peer`: a rank of the other side of the intercommunicator (the spawned
+// processes; the controller is 0 of its own side).
+void sendBytes(MPI_Comm comm, int peer, int tag, const wire::Bytes& bytes) {
   std::uint64_t length = bytes.size();
-  CROWN_CHECK_MPI(MPI_Send(&length, 1, MPI_UINT64_T, 0, tag, comm));
-  CROWN_CHECK_MPI(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 0, tag, comm));
+  CROWN_CHECK_MPI(MPI_Send(&length, 1, MPI_UINT64_T, peer, tag, comm));
+  CROWN_CHECK_MPI(
+      MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, peer, tag, comm));
 }
 
-wire::Bytes receiveRest(MPI_Comm comm, int tag, std::uint64_t length) {
+wire::Bytes receiveRest(MPI_Comm comm, int peer, int tag, std::uint64_t length) {
   wire::Bytes bytes(static_cast<std::size_t>(length), '\0');
-  CROWN_CHECK_MPI(MPI_Recv(bytes.data(), static_cast<int>(length), MPI_BYTE, 0, tag, comm,
+  CROWN_CHECK_MPI(MPI_Recv(bytes.data(), static_cast<int>(length), MPI_BYTE, peer, tag, comm,
                            MPI_STATUS_IGNORE));
   return bytes;
 }
@@ -73,8 +76,8 @@ bool completedBy(MPI_Request& request, std::chrono::steady_clock::time_point dea
   }
 }
 
-int spawnOne(const std::string& program, std::vector<std::string>& arguments,
-             const std::string& host, MPI_Comm& child) {
+int spawnAll(const SpawnCommand& command, int count, MPI_Comm& child) {
+  std::vector<std::string> arguments = command.arguments;
   std::vector<char*> argv;
   for (auto& word : arguments) argv.push_back(word.data());
   argv.push_back(nullptr);
@@ -82,18 +85,51 @@ int spawnOne(const std::string& program, std::vector<std::string>& arguments,
   MPI_Info info;
   CROWN_CHECK_MPI(MPI_Info_create(&info));
   if (::getcwd(cwd, sizeof cwd) != nullptr) MPI_Info_set(info, "wdir", cwd);
-  if (!host.empty()) MPI_Info_set(info, "host", host.c_str());
-  int spawnError = MPI_SUCCESS;
-  int code = MPI_Comm_spawn(program.c_str(), argv.data(), 1, info, 0, MPI_COMM_SELF, &child,
-                            &spawnError);
+  if (!command.host.empty()) MPI_Info_set(info, "host", command.host.c_str());
+  std::vector<int> errors(static_cast<std::size_t>(count), MPI_SUCCESS);
+  int code = MPI_Comm_spawn(command.program.c_str(), argv.data(), count, info, 0, MPI_COMM_SELF,
+                            &child, errors.data());
   MPI_Info_free(&info);
-  return code != MPI_SUCCESS ? code : spawnError;
+  if (code != MPI_SUCCESS) return code;
+  for (int error : errors)
+    if (error != MPI_SUCCESS) return error;
+  return MPI_SUCCESS;
+}
+
+// "rank 4", or "ranks 4-7": whom the processes of one spawn were for.
+std::string whom(const std::vector<JoinOffer>& offers) {
+  if (offers.size() == 1) return "rank " + std::to_string(offers.front().rank);
+  return "ranks " + std::to_string(offers.front().rank) + "-" + std::to_string(offers.back().rank);
+}
+
+std::string processes(const std::vector<JoinOffer>& offers) {
+  return offers.size() == 1 ? "the process" : std::to_string(offers.size()) + " processes";
 }
 
 }  // namespace
 
+// mpirun and srun (with PMIx or PMI) leave these in every process they
+// start. A singleton's MPI_Init sets some of them too, so they are read once,
+// as the library loads, before any MPI_Init of crown's.
+const bool g_launchedAlone = [] {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_STEP_ID"})
+    if (std::getenv(variable) != nullptr) return false;
+  return true;
+}();
+
+bool launchedAlone() { return g_launchedAlone; }
+
+void prepareSingletonSpawns() {
+  ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", /*overwrite=*/0);
+  ::setenv("OMPI_MCA_orte_enable_recovery", "1", /*overwrite=*/0);
+}
+
+SpawnCommand sameProgram(const std::string& host) {
+  return {thisProgram(), thisArguments(), host};
+}
+
 std::string spawnRefusal() {
-  if (std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr) return "";
+  if (std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr || launchedAlone()) return "";
   if (std::getenv("SLURM_STEP_ID") != nullptr) {
     return "this job was started by srun, whose PMIx cannot start new processes "
            "(MPI_Comm_spawn); run `mpirun python3 ...` inside the allocation instead, or carry "
@@ -114,7 +150,7 @@ struct SpawnAttempt {
   bool done = false;       // the helper is out of MPI for good
   bool abandoned = false;  // the service thread gave up waiting: MPI is not the helper's to use
   std::string stage = "MPI_Comm_spawn";  // the MPI call the helper is in, for the error
-  JoinAnswer answer;
+  std::vector<JoinAnswer> answers;
   std::exception_ptr error;
 
   void enter(const char* call) {
@@ -128,77 +164,91 @@ struct SpawnAttempt {
 };
 
 // On the helper thread: the MPI side of the join, bounded by `deadline`
-// wherever MPI lets it be (the wait for the answer); MPI_Comm_spawn and
+// wherever MPI lets it be (the wait for the answers); MPI_Comm_spawn and
 // MPI_Comm_disconnect are not.
-JoinAnswer joinOver(SpawnAttempt& attempt, const JoinOffer& offer, const std::string& host,
-                    std::chrono::steady_clock::time_point deadline,
-                    std::chrono::milliseconds timeout) {
-  std::string program = thisProgram();
-  std::vector<std::string> arguments = thisArguments();
+std::vector<JoinAnswer> joinOver(SpawnAttempt& attempt, const std::vector<JoinOffer>& offers,
+                                 const SpawnCommand& command,
+                                 std::chrono::steady_clock::time_point deadline,
+                                 std::chrono::milliseconds timeout) {
   CROWN_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
   MPI_Comm child = MPI_COMM_NULL;
-  int code = spawnOne(program, arguments, host, child);
-  if (code != MPI_SUCCESS && !host.empty() && !attempt.givenUp()) {
+  int count = static_cast<int>(offers.size());
+  int code = spawnAll(command, count, child);
+  if (code != MPI_SUCCESS && !command.host.empty() && !attempt.givenUp()) {
     // The lost rank's host may be gone with it, or outside what the
     // launcher may place on: anywhere will do.
-    log::get().info("respawn: cannot start rank {} on {}; trying any host", offer.rank, host);
-    code = spawnOne(program, arguments, "", child);
+    log::get().info("respawn: cannot start {} on {}; trying any host", whom(offers),
+                    command.host);
+    SpawnCommand anywhere = command;
+    anywhere.host.clear();
+    code = spawnAll(anywhere, count, child);
   }
   CROWN_CHECK_MPI(code);
   if (attempt.givenUp()) {
-    // Too late: the controller no longer calls MPI for this. The process
-    // waits for an offer that never comes, and exits at its own timeout
+    // Too late: the controller no longer calls MPI for this. The processes
+    // wait for an offer that never comes, and exit at their own timeout
     // (receiveOffer).
-    throw BootstrapError("MPI_Comm_spawn returned after the respawn gave up on it");
+    throw BootstrapError("MPI_Comm_spawn returned after the controller gave up on it");
   }
   attempt.enter("MPI_Send (the offer)");
   CROWN_CHECK_MPI(MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN));
-  sendBytes(child, kOfferTag, wire::toBytes(offer));
+  for (int i = 0; i < count; ++i) sendBytes(child, i, kOfferTag, wire::toBytes(offers[i]));
 
-  // The replacement answers once it listens: bounded, since it may die
-  // before (a program that fails on this host, say).
+  // Each answers once it listens: bounded, since one may die before (a
+  // program that fails on this host, say).
   attempt.enter("the wait for the answer");
-  std::uint64_t length = 0;
-  MPI_Request request;
-  CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, kAnswerTag, child, &request));
-  if (!completedBy(request, deadline)) {
-    // Not disconnected: MPI_Comm_disconnect would wait for it.
-    throw BootstrapError("respawn: the process started for rank " + std::to_string(offer.rank) +
-                         " did not answer within " + std::to_string(timeout.count()) +
-                         " ms (CROWN_RESPAWN_TIMEOUT_MS); its own output says why");
+  std::vector<JoinAnswer> answers;
+  for (int i = 0; i < count; ++i) {
+    std::uint64_t length = 0;
+    MPI_Request request;
+    CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, i, kAnswerTag, child, &request));
+    if (!completedBy(request, deadline)) {
+      // Not disconnected: MPI_Comm_disconnect would wait for it.
+      throw BootstrapError("respawn: the process started for rank " +
+                           std::to_string(offers[i].rank) + " did not answer within " +
+                           std::to_string(timeout.count()) +
+                           " ms (CROWN_RESPAWN_TIMEOUT_MS); its own output says why");
+    }
+    attempt.enter("MPI_Recv (the answer)");
+    answers.push_back(wire::fromBytes<JoinAnswer>(receiveRest(child, i, kAnswerTag, length)));
   }
-  attempt.enter("MPI_Recv (the answer)");
-  auto answer = wire::fromBytes<JoinAnswer>(receiveRest(child, kAnswerTag, length));
   attempt.enter("MPI_Comm_disconnect");
   CROWN_CHECK_MPI(MPI_Comm_disconnect(&child));
-  return answer;
+  return answers;
 }
 
 }  // namespace
 
 JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
                             std::chrono::milliseconds timeout) {
+  return spawnProcesses({offer}, sameProgram(host), timeout).front();
+}
+
+std::vector<JoinAnswer> spawnProcesses(const std::vector<JoinOffer>& offers,
+                                       const SpawnCommand& command,
+                                       std::chrono::milliseconds timeout) {
+  if (offers.empty()) throw ConfigError("spawnProcesses: no process to start");
   using Clock = std::chrono::steady_clock;
   auto started = Clock::now();
   auto deadline = started + timeout;
   auto attempt = std::make_shared<SpawnAttempt>();
   // The helper calls MPI while this (the service) thread waits and calls
   // none: one thread in MPI at a time, as MPI_THREAD_SERIALIZED requires.
-  std::thread([attempt, offer, host, deadline, timeout, started] {
-    JoinAnswer answer;
+  std::thread([attempt, offers, command, deadline, timeout, started] {
+    std::vector<JoinAnswer> answers;
     std::exception_ptr error;
     try {
-      answer = joinOver(*attempt, offer, host, deadline, timeout);
+      answers = joinOver(*attempt, offers, command, deadline, timeout);
     } catch (...) {
       error = std::current_exception();
     }
     std::lock_guard lock(attempt->mutex);
     attempt->done = true;
-    attempt->answer = std::move(answer);
+    attempt->answers = std::move(answers);
     attempt->error = error;
     if (attempt->abandoned) {
-      log::get().warn("respawn: {} for rank {} returned {} ms after it was given up on",
-                      attempt->stage, offer.rank,
+      log::get().warn("respawn: {} for {} returned {} ms after it was given up on",
+                      attempt->stage, whom(offers),
                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)
                           .count());
     }
@@ -213,7 +263,7 @@ JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
     // helper is left there, and with it MPI on this process.
     attempt->abandoned = true;
     throw SpawnAbandoned(
-        "respawn: the process started for rank " + std::to_string(offer.rank) +
+        "respawn: " + processes(offers) + " started for " + whom(offers) +
         " did not join within " + std::to_string(timeout.count()) +
         " ms (CROWN_RESPAWN_TIMEOUT_MS), and Open MPI's " + attempt->stage +
         " has not returned (a process that dies before MPI_Init leaves it waiting for good; its "
@@ -221,12 +271,12 @@ JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
         "the controller is unusable for the rest of this job: MPI operations with it (tensor "
         "collectives, RDMA windows, further respawns) fail at once; actors, casts and replies "
         "still work",
-        "Open MPI's " + attempt->stage + " for rank " + std::to_string(offer.rank) +
+        "Open MPI's " + attempt->stage + " for " + whom(offers) +
             " (still inside MPI past " + std::to_string(timeout.count()) +
             " ms, CROWN_RESPAWN_TIMEOUT_MS)");
   }
   if (attempt->error) std::rethrow_exception(attempt->error);
-  return std::move(attempt->answer);
+  return std::move(attempt->answers);
 }
 
 MPI_Comm spawnParent() {
@@ -246,15 +296,15 @@ JoinOffer receiveOffer(MPI_Comm parent) {
   MPI_Request request;
   CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, kOfferTag, parent, &request));
   if (!completedBy(request, deadline)) {
-    throw BootstrapError("this process was started to replace a lost rank, but the controller "
+    throw BootstrapError("this process was started to join a crown job, but the controller "
                          "sent it no offer within " + std::to_string(timeout.count()) +
                          " ms (CROWN_RESPAWN_TIMEOUT_MS): it gave up on it");
   }
-  return wire::fromBytes<JoinOffer>(receiveRest(parent, kOfferTag, length));
+  return wire::fromBytes<JoinOffer>(receiveRest(parent, 0, kOfferTag, length));
 }
 
 void sendAnswer(MPI_Comm parent, const JoinAnswer& answer) {
-  sendBytes(parent, kAnswerTag, wire::toBytes(answer));
+  sendBytes(parent, 0, kAnswerTag, wire::toBytes(answer));
   CROWN_CHECK_MPI(MPI_Comm_disconnect(&parent));
 }
 

@@ -1,11 +1,18 @@
-// Replacing lost ranks (issue 13; docs/supervision.md, "Replacing lost
-// ranks"). The controller starts one new process per lost rank with
+// Starting processes after the launch: replacements for lost ranks (issue
+// 13; docs/supervision.md, "Replacing lost ranks") and, in a process no
+// launcher started, the procs of spawn_procs (issue 46; docs/processes.md).
+// The controller starts one new process per lost rank with
 // MPI_Comm_spawn; the process runs the same program, finds it has an MPI
 // parent, and joins the fabric in a spare rank slot instead of bootstrapping
 // with MPI_COMM_WORLD: over the intercommunicator the controller sends it a
 // JoinOffer (the job secret, its slot, every rank's host and address), it
 // listens and answers with its own address (JoinAnswer), and both sides
 // disconnect. The secret travels over MPI only (SEC-1), as at bootstrap.
+//
+// spawn_procs starts N processes in one MPI_Comm_spawn, so that they share
+// an MPI world of their own (their MPI_COMM_WORLD, of ranks groupFirst ..
+// groupFirst + groupSize - 1 in crown's numbering): tensor collectives among
+// them run over MPI; the controller and other groups are outside it.
 //
 // A replacement takes a new rank number, never the lost one's: a message
 // still in flight to the lost rank must not reach its successor (ORD-1
@@ -44,10 +51,14 @@ struct JoinOffer {
   std::vector<std::string> hosts;      // per slot; "" for a vacant one
   std::vector<std::string> addresses;  // per slot, as each transport gave it; "" when vacant
   std::vector<Rank> lost;              // ranks lost by now
-  std::vector<Rank> joined;            // earlier replacements, alive now
+  std::vector<Rank> joined;            // earlier replacements and spawned ranks, alive now
+  // spawn_procs: the ranks started together, whose MPI_COMM_WORLD this
+  // process shares; groupSize 0 for a replacement (outside any MPI world).
+  Rank groupFirst = 0;
+  Rank groupSize = 0;
   template <class Archive>
   void serialize(Archive& archive, unsigned) {
-    archive& secret& rank& slots& launched& hosts& addresses& lost& joined;
+    archive& secret& rank& slots& launched& hosts& addresses& lost& joined& groupFirst& groupSize;
   }
 };
 
@@ -63,9 +74,31 @@ struct JoinAnswer {
 };
 
 /// Why this job cannot start processes ("" when it can): MPI_Comm_spawn
-/// needs Open MPI's mpirun, whose runtime (the HNP) places new processes;
-/// a job started by srun, or a singleton, has none.
+/// needs an Open MPI runtime (the HNP) to place new processes: mpirun's, or
+/// the one a singleton (a process no launcher started) starts for itself;
+/// a job started by srun has none.
 std::string spawnRefusal();
+
+/// True when no launcher started this process (a plain `python3`, a
+/// notebook's kernel): MPI makes it a singleton.
+bool launchedAlone();
+
+/// In a singleton, before MPI_Init: lets the runtime it starts place more
+/// processes than cores and keep a spawned group's survivors when one of
+/// them dies (Open MPI's defaults abort the whole group), unless the user
+/// set these parameters.
+void prepareSingletonSpawns();
+
+/// What MPI_Comm_spawn runs, and where.
+struct SpawnCommand {
+  std::string program;                 // a path, as execve takes it
+  std::vector<std::string> arguments;  // without argv[0]
+  std::string host;                    // "" for anywhere the runtime places it
+};
+
+/// This process's own program and arguments (a replacement runs the same
+/// program again), on `host`.
+SpawnCommand sameProgram(const std::string& host);
 
 /// spawnReplacement's failure that leaves MPI unusable in this process: a
 /// helper thread is still inside an MPI call that cannot be abandoned.
@@ -91,6 +124,13 @@ class SpawnAbandoned : public BootstrapError {
 /// thread of this process may call MPI.
 JoinAnswer spawnReplacement(const JoinOffer& offer, const std::string& host,
                             std::chrono::milliseconds timeout);
+
+/// Like spawnReplacement, for offers.size() processes of `command` started
+/// together (one MPI_Comm_spawn: process i takes offers[i]); their answers,
+/// in the same order.
+std::vector<JoinAnswer> spawnProcesses(const std::vector<JoinOffer>& offers,
+                                       const SpawnCommand& command,
+                                       std::chrono::milliseconds timeout);
 
 /// How long after its timeout spawnReplacement still waits for a helper
 /// thread to come out of MPI before it leaves it behind.

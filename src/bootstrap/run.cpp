@@ -90,7 +90,8 @@ void recordResult(int code, const std::vector<std::pair<Rank, std::string>>& los
 std::vector<Rank> lostRanks(Proc& proc) {
   std::vector<Rank> lost;
   for (Rank r = 1; r < proc.size(); ++r) {
-    if (proc.joined(r) && !proc.alive(r)) lost.push_back(r);
+    // A rank whose procs were stopped (ProcMesh.stop) left; it was not lost.
+    if (proc.joined(r) && !proc.alive(r) && !proc.departing(r)) lost.push_back(r);
   }
   return lost;
 }

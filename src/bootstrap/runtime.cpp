@@ -100,6 +100,7 @@ bool startMpi(int* argc, char*** argv, MPI_Comm& comm, Topology& topo) {
   if (initialised) {
     CROWN_CHECK_MPI(MPI_Query_thread(&provided));
   } else {
+    if (detail::launchedAlone()) detail::prepareSingletonSpawns();  // read by MPI_Init
     CROWN_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   }
   if (provided < MPI_THREAD_SERIALIZED) {
@@ -133,12 +134,16 @@ transport::Secret shareSecret(MPI_Comm comm, Rank rank) {
 }
 
 // Step 2b: rank slots, those of the launch and spares for replacements of
-// lost ranks (Runtime::respawn), as rank 0 reads CROWN_SPARE_RANKS.
+// lost ranks (Runtime::respawn) and for spawned procs (Runtime::spawnProcs),
+// as rank 0 reads CROWN_SPARE_RANKS. A process no launcher started has
+// nothing but spares to work with: kSingletonSpares by default.
 Rank shareSlots(MPI_Comm comm, const Topology& topo) {
+  constexpr std::int64_t kSingletonSpares = 1024;  // a slot costs an empty peer entry
   std::uint32_t spares = 0;
   if (topo.rank == 0) {
+    std::int64_t byDefault = topo.size == 1 && detail::launchedAlone() ? kSingletonSpares : topo.size;
     spares = static_cast<std::uint32_t>(
-        env::integer("CROWN_SPARE_RANKS", topo.size, 0, std::int64_t{1} << 20));
+        env::integer("CROWN_SPARE_RANKS", byDefault, 0, std::int64_t{1} << 20));
   }
   CROWN_CHECK_MPI(MPI_Bcast(&spares, 1, MPI_UINT32_T, 0, comm));
   return topo.size + spares;
@@ -416,7 +421,13 @@ Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
                                                           offer.hosts.begin() + topo.size);
   hosts->resize(topo.slots);
   (*hosts)[topo.rank] = offer.hosts[topo.rank];
-  mpi_->service->adoptNoWorld(*hosts);
+  if (offer.groupSize > 0) {
+    // A spawned proc: its MPI_COMM_WORLD is its group's, crown's ranks
+    // groupFirst.. in order. No RDMA window: the controller is outside it.
+    mpi_->service->adoptWorld(mpi_->comm, *hosts, offer.groupFirst);
+  } else {
+    mpi_->service->adoptNoWorld(*hosts);
+  }
   // Launched ranks' addresses as they were (lost ones are marked so); the
   // replacements admitted after start, as every other rank admitted them.
   std::vector<std::string> peers(offer.addresses.begin(), offer.addresses.begin() + topo.size);
@@ -426,8 +437,9 @@ Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
   for (Rank joined : offer.joined) {
     proc_->admitRank(joined, offer.hosts[joined], offer.addresses[joined]);
   }
-  log::get().debug("joined as rank {} of {} slots on {}, replacing a lost rank", topo.rank,
-                   topo.slots, offer.hosts[topo.rank]);
+  log::get().debug("joined as rank {} of {} slots on {}, {}", topo.rank, topo.slots,
+                   offer.hosts[topo.rank],
+                   offer.groupSize > 0 ? "spawned" : "replacing a lost rank");
   return *this;
 }
 

@@ -1,6 +1,8 @@
-// Runtime::respawn (respawn.h): the controller replaces lost ranks with new
-// processes in spare slots and has every live rank admit them.
+// Runtime::respawn and Runtime::spawnProcs (respawn.h): the controller starts
+// processes in spare slots and has every live rank admit them; and
+// Runtime::stopSpawned ends spawned ones.
 #include <algorithm>
+#include <thread>
 
 #include "bootstrap/lifecycle.h"
 #include "bootstrap/respawn.h"
@@ -13,13 +15,71 @@ namespace crown {
 
 using namespace std::chrono_literals;
 
+detail::JoinOffer Runtime::offerFor(Rank slot) const {
+  const Proc& proc = *proc_;
+  detail::JoinOffer offer{std::string(secret_.begin(), secret_.end()), slot, topology_.slots,
+                          topology_.size, {}, slotAddresses_, {}, {}};
+  auto joinedOnce = [this](Rank rank) {  // launched, or joined since: not a vacant slot
+    return rank < topology_.size || std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
+  };
+  for (Rank r = 0; r < topology_.slots; ++r) {
+    offer.hosts.push_back(proc.host(r));
+    if (joinedOnce(r) && !proc.alive(r)) offer.lost.push_back(r);
+  }
+  for (Rank r : joined_) {
+    if (proc.alive(r)) offer.joined.push_back(r);
+  }
+  return offer;
+}
+
+void Runtime::admitJoined(const std::vector<Rank>& slots,
+                          const std::vector<detail::JoinAnswer>& answers) {
+  Proc& proc = *proc_;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    proc.admitRank(slots[i], answers[i].host, answers[i].address);
+    slotAddresses_[slots[i]] = answers[i].address;
+    joined_.push_back(slots[i]);
+  }
+  // Every live rank, the new ones among them, learns of each new one.
+  auto& lifecycle = detail::Lifecycle::of(proc);
+  std::vector<Future<void>> acks;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    detail::RankJoined joined{slots[i], answers[i].host, answers[i].address};
+    for (Rank r = 1; r < topology_.slots; ++r) {
+      if (r != slots[i] && proc.alive(r))
+        acks.push_back(proc.request<void>({r, lifecycle.agentId()}, joined));
+    }
+  }
+  detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "the new rank");
+}
+
+void Runtime::spawnOnMpiThread(const std::string& what, const std::function<void()>& fn) {
+  try {
+    onMpiThread([&] {
+      try {
+        fn();
+      } catch (const detail::SpawnAbandoned& e) {
+        // Still on the service thread, which must not call MPI again.
+        mpi_->service->markUnusable("MPI is unusable on the controller: " + what +
+                                    " abandoned " + e.cause());
+        throw;
+      }
+    });
+  } catch (const detail::SpawnAbandoned& e) {
+    // Every rank stops waiting for the controller in MPI, and the job
+    // still ends (SHT-1): shutdown skips MPI's barrier and MPI_Finalize.
+    detail::Lifecycle::of(*proc_).mpiUnusable(what + " abandoned " + e.cause());
+    throw;
+  }
+}
+
 std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
   if (topology_.rank != 0) throw ConfigError("respawn: only the controller (rank 0) starts ranks");
   std::lock_guard lock(respawnMutex_);
   std::string refusal = detail::spawnRefusal();
   if (!refusal.empty()) throw Error("cannot replace lost ranks: " + refusal);
   Proc& proc = *proc_;
-  auto joinedOnce = [this](Rank rank) {  // launched, or a replacement: not a vacant slot
+  auto joinedOnce = [this](Rank rank) {
     return rank < topology_.size || std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
   };
   // A rank replaced already (through another mesh that held it) keeps its
@@ -44,7 +104,6 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
                 "has; by default as many as it launched)");
   }
   auto timeout = env::millis("CROWN_RESPAWN_TIMEOUT_MS", 60s);
-  auto& lifecycle = detail::Lifecycle::of(proc);
   std::vector<Rank> made;
   for (Rank given : lost) {
     Rank old = latest(given);
@@ -53,51 +112,18 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
       continue;
     }
     Rank slot = nextSlot_++;  // spent even on failure: a process may have started in it
-    detail::JoinOffer offer{std::string(secret_.begin(), secret_.end()), slot, topology_.slots,
-                            topology_.size, {}, slotAddresses_, {}, {}};
-    for (Rank r = 0; r < topology_.slots; ++r) {
-      offer.hosts.push_back(proc.host(r));
-      if (joinedOnce(r) && !proc.alive(r)) offer.lost.push_back(r);
-    }
-    for (Rank r : joined_) {
-      if (proc.alive(r)) offer.joined.push_back(r);
-    }
+    detail::JoinOffer offer = offerFor(slot);
     detail::JoinAnswer answer;
     auto started = std::chrono::steady_clock::now();
-    try {
-      onMpiThread([&] {
-        try {
-          answer = detail::spawnReplacement(offer, proc.host(old), timeout);
-        } catch (const detail::SpawnAbandoned& e) {
-          // Still on the service thread, which must not call MPI again.
-          mpi_->service->markUnusable(
-              "MPI is unusable on the controller: respawn_lost() abandoned " + e.cause());
-          throw;
-        }
-      });
-    } catch (const detail::SpawnAbandoned& e) {
-      // Every rank stops waiting for the controller in MPI, and the job
-      // still ends (SHT-1): shutdown skips MPI's barrier and MPI_Finalize.
-      lifecycle.mpiUnusable("respawn_lost() abandoned " + e.cause());
-      throw;
-    }
+    spawnOnMpiThread("respawn_lost()", [&] {
+      answer = detail::spawnReplacement(offer, proc.host(old), timeout);
+    });
     if (!answer.error.empty()) {
       throw BootstrapError("respawn: the process started to replace rank " + std::to_string(old) +
                            " cannot join: " + answer.error);
     }
-    proc.admitRank(slot, answer.host, answer.address);
-    slotAddresses_[slot] = answer.address;
-    joined_.push_back(slot);
+    admitJoined({slot}, {answer});
     replacedBy_[old] = slot;
-    // Every other live rank admits it before anything is sent to it through them.
-    std::vector<Future<void>> acks;
-    for (Rank r = 1; r < topology_.slots; ++r) {
-      if (r != slot && proc.alive(r)) {
-        acks.push_back(proc.request<void>({r, lifecycle.agentId()},
-                                          detail::RankJoined{slot, answer.host, answer.address}));
-      }
-    }
-    detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "the new rank");
     log::get().info("rank {} (on {}) replaces lost rank {}, in {} ms", slot, answer.host, old,
                     std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::steady_clock::now() - started)
@@ -105,6 +131,88 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
     made.push_back(slot);
   }
   return made;
+}
+
+std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& program,
+                                      const std::vector<std::string>& arguments) {
+  if (topology_.rank != 0) throw ConfigError("spawn_procs: only the controller starts procs");
+  if (count == 0) throw ConfigError("spawn_procs: asked for 0 procs");
+  std::lock_guard lock(respawnMutex_);
+  std::string refusal = detail::spawnRefusal();
+  if (!refusal.empty()) throw Error("cannot start new procs: " + refusal);
+  Rank spare = topology_.slots - nextSlot_;
+  if (count > spare) {
+    throw Error("spawn_procs: " + std::to_string(count) + " procs asked for, but only " +
+                std::to_string(spare) +
+                " spare rank slots are left (CROWN_SPARE_RANKS sets how many a job has)");
+  }
+  Rank first = nextSlot_;
+  nextSlot_ += static_cast<Rank>(count);  // spent even on failure: processes may have started
+  std::vector<detail::JoinOffer> offers;
+  for (Rank slot = first; slot < first + count; ++slot) {
+    offers.push_back(offerFor(slot));
+    offers.back().groupFirst = first;
+    offers.back().groupSize = static_cast<Rank>(count);
+  }
+  auto timeout = env::millis("CROWN_RESPAWN_TIMEOUT_MS", 60s);
+  auto started = std::chrono::steady_clock::now();
+  std::vector<detail::JoinAnswer> answers;
+  spawnOnMpiThread("spawn_procs()", [&] {
+    answers = detail::spawnProcesses(offers, {program, arguments, ""}, timeout);
+  });
+  std::string failures;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].error.empty())
+      failures += "\n  rank " + std::to_string(first + i) + ": " + answers[i].error;
+  }
+  // None is admitted when one failed: those that joined hear nothing from
+  // the controller, and exit at CROWN_CONTROLLER_TIMEOUT_MS.
+  if (!failures.empty()) throw BootstrapError("spawn_procs: procs that cannot join:" + failures);
+  std::vector<Rank> made;
+  for (std::size_t i = 0; i < answers.size(); ++i) made.push_back(first + static_cast<Rank>(i));
+  admitJoined(made, answers);
+  log::get().info("started ranks {}-{} in {} ms", first, first + count - 1,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - started)
+                      .count());
+  return made;
+}
+
+bool Runtime::launchedAlone() { return detail::launchedAlone(); }
+
+void Runtime::stopSpawned(const std::vector<Rank>& ranks) {
+  if (topology_.rank != 0) throw ConfigError("stopping procs: only the controller does");
+  Proc& proc = *proc_;
+  for (Rank rank : ranks) {
+    if (rank < topology_.size || rank >= topology_.slots || rank == 0) {
+      throw ConfigError("rank " + std::to_string(rank) +
+                        " was started by the launch, not by spawn_procs: it ends with the job");
+    }
+  }
+  auto& lifecycle = detail::Lifecycle::of(proc);
+  // Everybody expects them to go before any of them goes.
+  std::vector<Future<void>> acks;
+  for (Rank r = 1; r < topology_.slots; ++r) {
+    bool leaving = std::find(ranks.begin(), ranks.end(), r) != ranks.end();
+    if (!leaving && proc.alive(r))
+      acks.push_back(proc.request<void>({r, lifecycle.agentId()}, detail::RanksDeparting{ranks}));
+  }
+  for (Rank rank : ranks) proc.expectDeparture(rank);
+  detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "procs stopping");
+  for (Rank rank : ranks) {
+    if (proc.alive(rank)) proc.send({rank, lifecycle.agentId()}, detail::Shutdown{0, false});
+  }
+  auto bound = env::millis("CROWN_SHUTDOWN_TIMEOUT_MS", 30s) + 1s;
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  for (Rank rank : ranks) {
+    while (proc.alive(rank)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error("rank " + std::to_string(rank) + " was told to stop but its links are still " +
+                    "open after " + std::to_string(bound.count()) + " ms");
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
 }
 
 }  // namespace crown

@@ -208,7 +208,10 @@ void RdmaModule::moveBytes(const Buffer& buffer, Route route, char* local, std::
   Rank owner = buffer.owner();
   std::uint64_t lease = route.lease;
   auto release = [this, owner, lease] { endTransfer(owner, lease); };
+  // The window spans this rank's MPI world only: procs started by another
+  // spawn_procs call (or the controller that started them) are outside it.
   MpiService* mpi = owner == proc_->rank() ? nullptr : windowService();
+  if (mpi && !mpi->worldPosition(owner)) mpi = nullptr;
   // A staged buffer's lock is awaited before the deadline's moving phase
   // begins: a transfer still waiting for it when the deadline passes fails.
   if (mpi && route.staged)
@@ -237,8 +240,8 @@ void RdmaModule::moveBytes(const Buffer& buffer, Route route, char* local, std::
   if (!mpi) {
     if (!warnedFallback_.exchange(true)) {
       log::get().warn(
-          "RDMA: one-sided MPI is not in use here (CROWN_RDMA_WINDOW=0, or no MPI "
-          "window); RDMA buffers move in chunks over crown's own fabric, which is "
+          "RDMA: one-sided MPI is not in use here (CROWN_RDMA_WINDOW=0, no MPI window, or "
+          "an owner outside this rank's MPI world); RDMA buffers move in chunks over crown's own fabric, which is "
           "much slower");
     }
     return fallback(buffer, lease, local, bytes, write, user, deadline, release);

@@ -87,6 +87,7 @@ class SupervisionModule : public Proc::Module {
   // A lost process takes its members of every mesh with it: the owners of
   // the meshes spawned here hear, in the agent's turn like any report.
   void peerLost(Rank peer, const std::string& reason) override {
+    if (proc_->departing(peer)) return;  // its procs were stopped: no member failed
     MemberFailure report{kEveryMesh, peer, proc_->host(peer), "", reason};
     try {
       proc_->send(ActorId{proc_->rank(), agent_}, report);

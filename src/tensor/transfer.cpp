@@ -141,12 +141,14 @@ void sendShards(Proc& proc, const Transfer& command, const RefTable::Value* sour
   MpiService& mpi = proc.mpi();
   const int tag = tagOf(command);
   std::vector<Future<void>> sends;
-  for (Rank dest : to) {
-    sends.push_back(mpi.send(Comm::world(), dest, tag, header.data(), header.size()));
+  for (Rank rank : to) {
+    std::optional<Rank> dest = mpi.worldPosition(rank);
+    if (!dest) continue;  // outside this rank's MPI world: the receiver says so
+    sends.push_back(mpi.send(Comm::world(), *dest, tag, header.data(), header.size()));
     if (!dense.defined()) continue;
     const char* bytes = static_cast<const char*>(dense.data());
     for (std::size_t at = 0; at < dense.nbytes(); at += kChunkBytes) {
-      sends.push_back(mpi.send(Comm::world(), dest, tag, bytes + at,
+      sends.push_back(mpi.send(Comm::world(), *dest, tag, bytes + at,
                                std::min(kChunkBytes, dense.nbytes() - at)));
     }
   }
@@ -168,9 +170,16 @@ RefTable::Value receiveShard(Proc& proc, const Transfer& command, Rank from) {
   };
   MpiService& mpi = proc.mpi();
   const int tag = tagOf(command);
+  std::optional<Rank> source = mpi.worldPosition(from);
+  if (!source) {
+    return failure("rank " + std::to_string(from) + " is outside rank " +
+                   std::to_string(proc.rank()) +
+                   "'s MPI world (procs of different spawn_procs calls, and replacements, do not "
+                   "share one), so no shard moves between them over MPI");
+  }
   try {
     std::string bytes(kHeaderBytes, '\0');
-    bytes.resize(mpi.recv(Comm::world(), from, tag, bytes.data(), bytes.size()).get());
+    bytes.resize(mpi.recv(Comm::world(), *source, tag, bytes.data(), bytes.size()).get());
     auto header = wire::fromBytes<ShardHeader>(bytes.data(), bytes.size());
     if (!header.ok)
       return RefTable::Value(std::make_shared<const Failure>(std::move(header.failure)));
@@ -185,7 +194,7 @@ RefTable::Value receiveShard(Proc& proc, const Transfer& command, Rank from) {
       char sink = 0;
       for (std::int64_t at = 0; at < total; at += static_cast<std::int64_t>(kChunkBytes)) {
         try {
-          mpi.recv(Comm::world(), from, tag, &sink, 1).get();
+          mpi.recv(Comm::world(), *source, tag, &sink, 1).get();
         } catch (const std::exception&) {  // NOLINT: truncated, as meant
         }
       }
@@ -194,7 +203,7 @@ RefTable::Value receiveShard(Proc& proc, const Transfer& command, Rank from) {
     char* data = static_cast<char*>(shard.data());
     for (std::size_t at = 0; at < shard.nbytes(); at += kChunkBytes) {
       std::size_t want = std::min(kChunkBytes, shard.nbytes() - at);
-      std::size_t got = mpi.recv(Comm::world(), from, tag, data + at, want).get();
+      std::size_t got = mpi.recv(Comm::world(), *source, tag, data + at, want).get();
       if (got != want) {
         return failure("the shard from rank " + std::to_string(from) + " was cut short (" +
                        std::to_string(got) + " of " + std::to_string(want) + " bytes)");

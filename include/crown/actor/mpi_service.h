@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -173,6 +174,12 @@ class MpiService {
   /// member of the group may be lost). Throws ConfigError when this rank is
   /// not a member or a rank is out of range or repeated.
   virtual Comm commOfRanks(const std::vector<Rank>& members, std::uint32_t instance = 0) = 0;
+  /// Where crown's rank `rank` is in Comm::world(), as send and recv on it
+  /// take their peer: a launch's world holds each launched rank as itself,
+  /// a spawned group's (spawn_procs: respawn.h) its ranks in order from its
+  /// first. nullopt when `rank` is outside this rank's world (another group,
+  /// a controller that spawned it, a replacement): no MPI operation reaches it.
+  virtual std::optional<Rank> worldPosition(Rank rank) const { return rank; }
   /// This rank's rank in `comm`.
   virtual Rank commRank(Comm comm) const = 0;
   /// The world ranks of `comm`'s members, by their rank in `comm`.

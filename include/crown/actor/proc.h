@@ -151,6 +151,13 @@ class Proc {
   /// link to `peer` would otherwise never learn it, and wait on it for good
   /// (an MPI collective with it, say: DLV-1). Any thread.
   void declareLost(Rank peer, const std::string& reason);
+  /// `peer` is leaving by design (the procs it belongs to were stopped:
+  /// ProcMesh.stop()): when its links close it is gone like a lost rank
+  /// (requests to it fail, the modules hear peerLost), but departing(peer)
+  /// tells them it is no failure to report. Any thread.
+  void expectDeparture(Rank peer);
+  /// expectDeparture(peer) was called on this proc.
+  bool departing(Rank peer) const;
 
   /// The installed module of type M, or nullptr.
   template <class M>

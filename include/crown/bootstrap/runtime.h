@@ -21,7 +21,8 @@
 namespace crown {
 
 namespace detail {
-struct JoinOffer;  // bootstrap/respawn.h
+struct JoinOffer;   // bootstrap/respawn.h
+struct JoinAnswer;  // bootstrap/respawn.h
 }
 namespace transport {
 class IoPool;  // crown/transport/io_pool.h
@@ -77,6 +78,28 @@ class Runtime {
   /// window reaches them.
   std::vector<Rank> respawn(const std::vector<Rank>& lost);
 
+  /// On the controller: starts `count` new processes of `command` (program
+  /// and arguments; the Python front end passes its worker module) in one
+  /// MPI_Comm_spawn, each joining the fabric in a spare slot, and returns
+  /// their ranks, consecutive, once every live rank has admitted them. They
+  /// share an MPI world of their own (tensor collectives among them run over
+  /// MPI). Works where respawn does, and in a process no launcher started
+  /// (an MPI singleton, with 1024 spare slots by default). Throws Error when
+  /// the launcher cannot spawn (srun) or too few spares are left, and
+  /// BootstrapError when they cannot start or join within
+  /// CROWN_RESPAWN_TIMEOUT_MS.
+  std::vector<Rank> spawnProcs(std::size_t count, const std::string& program,
+                               const std::vector<std::string>& arguments);
+  /// True when no launcher (mpirun, srun) started this process: MPI makes it
+  /// a singleton, whose procs are all started on demand (spawnProcs).
+  static bool launchedAlone();
+  /// On the controller: ends the processes of `ranks` (started by
+  /// spawnProcs): every live rank is told to expect their departure, they
+  /// shut down and exit 0, and this returns once their links are gone (or
+  /// after CROWN_SHUTDOWN_TIMEOUT_MS plus a second; then it throws Error).
+  /// A rank already gone is skipped. Stop the actors on them first.
+  void stopSpawned(const std::vector<Rank>& ranks);
+
   /// Runs `fn` on the MPI service thread and waits for it (THR-1).
   void onMpiThread(std::function<void()> fn);
 
@@ -99,6 +122,15 @@ class Runtime {
   void startProc(std::shared_ptr<const std::vector<std::string>> hosts,
                  std::vector<Rank> lostBefore, std::unique_ptr<transport::Transport> fabric,
                  std::vector<std::string> peers);
+  // The controller's offer for slot `slot` (respawn, spawnProcs).
+  detail::JoinOffer offerFor(Rank slot) const;
+  // The controller admits the joined `slots` (answers[i] is slots[i]'s) and
+  // has every other live rank admit them (RankJoined) before anything is
+  // sent to them through it.
+  void admitJoined(const std::vector<Rank>& slots, const std::vector<detail::JoinAnswer>& answers);
+  // Runs the MPI side of a spawn on the service thread; a helper left inside
+  // MPI makes MPI unusable here and on every rank (respawn.h).
+  void spawnOnMpiThread(const std::string& what, const std::function<void()>& fn);
   Runtime& joinAsReplacement(const detail::JoinOffer& offer,
                              std::unique_ptr<transport::Transport> fabric,
                              const std::string& error);
@@ -114,7 +146,7 @@ class Runtime {
   std::mutex respawnMutex_;
   transport::Secret secret_{};
   std::vector<std::string> slotAddresses_;  // per slot; "" while vacant
-  std::vector<Rank> joined_;                // replacements, in the order they joined
+  std::vector<Rank> joined_;                // replacements and spawned ranks, in joining order
   std::map<Rank, Rank> replacedBy_;         // lost rank -> the rank that replaced it
   Rank nextSlot_ = 0;
 };

@@ -171,6 +171,23 @@ def finish_all() -> None:
             pass
 
 
+def finish_ranks(ranks) -> None:
+    """Before procs of `ranks` end (ProcMesh.stop of started procs): every
+    mesh on any of them runs what it was given, then is forgotten, so that
+    a later mesh of the same shape spawns engines anew. Best effort, as
+    finish_all."""
+    ranks = set(ranks)
+    with _meshes_lock:
+        ending = [key for key in _meshes if ranks.intersection(key[1])]
+        meshes = [_meshes.pop(key) for key in ending]
+    for mesh in meshes:
+        try:
+            mesh.flush()
+            mesh.backend.sync()
+        except Exception:  # noqa: BLE001 - its error was the program's to see; stop anyway
+            pass
+
+
 def mesh_of(shape: "_crown.Shape") -> Mesh:
     """The tensor Mesh of the procs of `shape`: made (its engines spawned) on
     first use, then the same one for every ProcMesh of that shape."""

@@ -1,0 +1,91 @@
+"""Processes on demand (issue 46; docs/processes.md).
+
+A process that no launcher started (a plain ``python3``, a notebook's
+kernel, ``python3 -m pytest``) becomes crown's controller on its first use,
+as an MPI singleton, with no setup call: Monarch's client. Its
+``this_host().spawn_procs(...)`` starts worker processes with
+MPI_Comm_spawn, each running crown._spawned; the procs of one call share an
+MPI world (tensor collectives among them run over MPI). ProcMesh.stop() ends
+them; so do the controller's exit (atexit) and its death, since Open MPI's
+runtime, a child of this process, takes its children with it.
+
+Classes and functions of the client's ``__main__`` travel by value
+(_pickle.main_by_value): its workers do not run its script.
+"""
+
+import atexit
+import json
+import sys
+import threading
+from typing import List
+
+from . import _crown, _pickle
+
+_lock = threading.Lock()
+_groups: List[List[int]] = []  # the ranks of each spawn_procs call, until stopped
+WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after sys.executable
+
+
+def starts_procs() -> bool:
+    """True in a controller that no launcher started: its procs are started
+    on demand rather than handed out from a launch."""
+    return _crown.launched_alone()
+
+
+def ensure_started() -> None:
+    """Makes this process the controller on its first use, where no launcher
+    started it; under mpirun or srun every rank must call crown.init() or
+    crown.run(main) itself (bootstrap is collective), so this raises there."""
+    if _crown.initialised():
+        return
+    if not _crown.launched_alone():
+        raise RuntimeError("crown is not initialised in this process: a program that mpirun "
+                           "or srun starts calls crown.run(main) or crown.init() on every rank "
+                           "first")
+    with _lock:
+        if _crown.initialised():
+            return
+        import crown
+
+        crown.init()
+        _pickle.main_by_value(True)
+        atexit.register(_end)
+
+
+def start(count: int) -> List[int]:
+    """Starts count procs (one MPI world) and returns their ranks."""
+    ensure_started()
+    # The controller's sys.path goes along: what it imports (a test's own
+    # module, a notebook's sys.path.append) the procs import too.
+    ranks = list(_crown.spawn_procs(count, sys.executable, WORKER + [json.dumps(sys.path)]))
+    with _lock:
+        _groups.append(ranks)
+    return ranks
+
+
+def stop(ranks: List[int]) -> None:
+    """Ends the procs of one start() (their actors are stopped already)."""
+    with _lock:
+        if ranks not in _groups:
+            return  # stopped already: stop() twice is a no-op, as in Monarch
+        _groups.remove(ranks)
+    alive = [rank for rank in ranks if _crown.alive(rank)]
+    if alive:
+        _crown.stop_spawned(alive)
+
+
+def stop_all() -> None:
+    """Ends every proc this controller started and has not stopped."""
+    with _lock:
+        groups = list(_groups)
+    for ranks in groups:
+        stop(ranks)
+
+
+def _end() -> None:
+    # The interpreter exits: every proc this controller started goes with it.
+    # crown.shutdown ends them all at once (and is a no-op after a shutdown).
+    import crown
+
+    if _crown.initialised() and _crown.rank() == 0:
+        crown.shutdown(0)

@@ -1,0 +1,196 @@
+"""Processes on demand (issue 46): this pytest is a plain `python3 -m
+pytest`, started by no launcher, so crown makes it the controller on its
+first use (an MPI singleton) and this_host().spawn_procs starts new worker
+processes for it, as Monarch's client does. Checked by pid: the processes
+are new, disjoint per call, and gone after stop(), after the controller's
+exit, and after the controller is SIGKILLed."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import crown
+from crown.actor import Actor, SupervisionError, endpoint, this_host, this_proc
+from crown.rdma import RDMABuffer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def running(pid: int) -> bool:
+    """A live process, not a zombie waiting for its parent (Open MPI's runtime)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone_within(pids, seconds: float) -> list:
+    """The pids still running after `seconds` (polled)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if running(pid)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [pid for pid in pids if running(pid)]
+
+
+def unlaunched_env() -> dict:
+    """This process's environment without what its own MPI_Init (a singleton's)
+    added, so that a child python3 is started by no launcher too."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("OMPI_", "PMIX_", "OPAL_", "ORTE_"))}
+
+
+class Worker(Actor):
+    def __init__(self, base: int):
+        self.base = base
+        self.data = torch.arange(4, dtype=torch.float32) + 10 * crown.actor.current_rank().rank
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def add(self, x: int) -> int:
+        return self.base + x
+
+    @endpoint
+    def buffer(self) -> RDMABuffer:
+        return RDMABuffer(self.data.view(torch.uint8))
+
+    @endpoint
+    def read_from(self, buffer: RDMABuffer) -> list:
+        out = torch.zeros(16, dtype=torch.uint8)
+        buffer.read_into(out).get()
+        return out.view(torch.float32).tolist()
+
+    @endpoint
+    def die(self) -> None:
+        os._exit(3)
+
+
+@pytest.fixture
+def faults():
+    """Failures that reach the controller, kept rather than ending the program."""
+    seen = []
+    previous = crown.actor.unhandled_fault_hook
+    crown.actor.unhandled_fault_hook = seen.append
+    yield seen
+    crown.actor.unhandled_fault_hook = previous
+
+
+def test_the_first_use_makes_this_process_the_controller():
+    assert this_proc().spawn("here", Worker, 0).pid.call_one().get() == os.getpid()
+
+
+def test_spawn_procs_starts_new_processes_each_call_and_stop_ends_them():
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    assert procs._shape.labels == ["gpus"] and len(procs._shape) == 4
+    pids = sorted(procs.spawn("w", Worker, 1).pid.call().get().values())
+    assert len(set(pids)) == 4 and os.getpid() not in pids
+    more = this_host().spawn_procs(per_host={"gpus": 2})
+    other = sorted(more.spawn("w", Worker, 1).pid.call().get().values())
+    assert len(set(other)) == 2 and not set(other) & set(pids)  # disjoint from the first
+    procs.stop()
+    assert gone_within(pids, 10) == []
+    procs.stop()  # a second stop does nothing, as in Monarch
+    assert all(running(pid) for pid in other)  # the other call's procs are untouched
+    assert list(more.spawn("again", Worker, 5).add.call(2).get().values()) == [7, 7]
+    more.stop()
+    assert gone_within(other, 10) == []
+
+
+def test_a_stopped_meshs_actors_and_spawns_are_refused():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("w", Worker, 0)
+    procs.stop()
+    with pytest.raises(Exception):
+        workers.add.call(1).get(timeout=20)
+    with pytest.raises(RuntimeError, match="stopped"):
+        procs.spawn("late", Worker, 0)
+
+
+def test_only_the_mesh_spawn_procs_returned_ends_its_procs():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    with pytest.raises(RuntimeError, match="only the ProcMesh that spawn_procs returned"):
+        procs.slice(gpus=0).stop()
+    assert list(procs.spawn("w", Worker, 1).add.call(1).get().values()) == [2, 2]
+    procs.stop()
+
+
+def test_actors_cast_and_reply_across_the_spawned_procs():
+    procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    assert procs._shape.labels == ["hosts", "gpus"]
+    workers = procs.spawn("w", Worker, 100)
+    assert sorted(workers.add.call(1).get().values()) == [101] * 4
+    assert workers.slice(hosts=1, gpus=0).add.call_one(5).get() == 105
+    procs.stop()
+
+
+def test_tensor_collectives_run_among_the_spawned_procs():
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    with procs.activate():
+        x = torch.ones(8)
+        total = x.reduce("gpus")
+    assert crown.inspect(total).tolist() == [4.0] * 8
+    procs.stop()
+
+
+def test_rdma_between_spawned_procs_and_the_controller():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("w", Worker, 0)
+    buffer = workers.slice(gpus=1).buffer.call_one().get()
+    out = torch.zeros(16, dtype=torch.uint8)
+    buffer.read_into(out).get()
+    ranks = procs._shape.ranks()
+    expected = [10.0 * ranks[1] + i for i in range(4)]
+    assert out.view(torch.float32).tolist() == expected
+    assert workers.slice(gpus=0).read_from.call_one(buffer).get() == expected
+    procs.stop()
+
+
+def test_a_killed_proc_raises_supervision_error_and_the_others_serve_on(faults):
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    workers = procs.spawn("w", Worker, 0)
+    pids = list(workers.pid.call().get().values())
+    with pytest.raises(SupervisionError, match="Endpoint call w.die"):
+        workers.slice(gpus=1).die.call_one().get(timeout=30)
+    assert workers.slice(gpus=0).add.call_one(1).get(timeout=30) == 1
+    assert workers.slice(gpus=2).add.call_one(2).get(timeout=30) == 2
+    procs.stop()
+    assert gone_within(pids, 10) == []
+
+
+def run_plain(script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(HERE, script)], env=unlaunched_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_script_whose_actor_lives_in_main_and_exits_leaves_nothing(tmp_path):
+    pids = tmp_path / "pids"
+    env_script = os.path.join(HERE, "spawn_procs_script.py")
+    done = subprocess.run([sys.executable, env_script, str(pids), "exit"], env=unlaunched_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "replies [1, 2, 3, 4]" in done.stdout
+    spawned = [int(p) for p in pids.read_text().split()]
+    assert len(spawned) == 4
+    assert gone_within(spawned, 5) == []
+
+
+def test_a_sigkilled_controller_takes_its_procs_within_five_seconds(tmp_path):
+    pids = tmp_path / "pids"
+    env_script = os.path.join(HERE, "spawn_procs_script.py")
+    done = subprocess.run([sys.executable, env_script, str(pids), "sigkill"], env=unlaunched_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+    spawned = [int(p) for p in pids.read_text().split()]
+    assert len(spawned) == 4
+    assert gone_within(spawned, 5) == []
