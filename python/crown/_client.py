@@ -23,7 +23,7 @@ from . import _crown, _pickle
 
 _lock = threading.Lock()
 _groups: List[List[int]] = []  # the ranks of each spawn_procs call, until stopped
-WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after sys.executable
+WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after its interpreter
 
 
 def starts_procs() -> bool:
@@ -52,12 +52,15 @@ def ensure_started() -> None:
         atexit.register(_end)
 
 
-def start(count: int) -> List[int]:
-    """Starts count procs (one MPI world) and returns their ranks."""
+def start(program: str, settings: List[dict]) -> List[int]:
+    """Starts one proc of `program` (a Python interpreter) per entry of
+    `settings` (_spawn_options.per_proc), in one MPI world, and returns
+    their ranks."""
     ensure_started()
     # The controller's sys.path goes along: what it imports (a test's own
     # module, a notebook's sys.path.append) the procs import too.
-    ranks = list(_crown.spawn_procs(count, sys.executable, WORKER + [json.dumps(sys.path)]))
+    arguments = WORKER + [json.dumps(sys.path), json.dumps(settings)]
+    ranks = list(_crown.spawn_procs(len(settings), program, arguments))
     with _lock:
         _groups.append(ranks)
     return ranks
@@ -80,6 +83,33 @@ def stop_all() -> None:
         groups = list(_groups)
     for ranks in groups:
         stop(ranks)
+
+
+_controllers: dict = {}  # name -> the Future of its ActorMesh (get_or_spawn_controller)
+
+
+def get_or_spawn_controller(name: str, cls, *args, **kwargs):
+    """Monarch's: a Future of the one actor of `cls` named `name` on this
+    process (the controller's own proc), spawned with args on the first call
+    for that name; later calls give the same one, whatever their args."""
+    from ._meshes import this_proc
+    from ._values import Future
+
+    with _lock:
+        mesh = _controllers.get(name)
+        if mesh is None:
+            mesh = _controllers[name] = this_proc().spawn(name, cls, *args, **kwargs)
+    return Future(lambda timeout: mesh)
+
+
+def shutdown_context():
+    """Monarch's: ends every proc this controller started (spawn_procs) and
+    has not stopped; a second call does nothing. Returns a done Future."""
+    from ._values import Future
+
+    if _crown.initialised():
+        stop_all()
+    return Future(lambda timeout: None)
 
 
 def _end() -> None:

@@ -38,6 +38,7 @@ import traceback
 
 from . import _crown
 from ._calls import Accumulator, EndpointRef, NotAnEndpoint, as_endpoint  # noqa: F401
+from ._client import get_or_spawn_controller, shutdown_context  # noqa: F401
 # crown.actor is the public module (Monarch's monarch.actor): it re-exports
 # what the modules below it define.
 from ._endpoints import (DEFAULT_MAX_CONCURRENCY, Actor, ActorError,  # noqa: F401
@@ -46,6 +47,7 @@ from ._endpoints import (DEFAULT_MAX_CONCURRENCY, Actor, ActorError,  # noqa: F4
 from ._meshes import R, ActorMesh, HostMesh, ProcMesh, this_host, this_proc  # noqa: F401
 from ._ports import Channel, Port, PortReceiver, open_ports  # noqa: F401
 from ._shape import Slice
+from ._spawn_options import BootstrapCommand, default_bootstrap_cmd  # noqa: F401
 from ._supervision import MeshFailure
 from ._values import Future, Point, ValueMesh  # noqa: F401
 
@@ -55,7 +57,8 @@ __all__ = [
     "PortReceiver", "as_endpoint",
     "Accumulator", "current_rank", "current_size", "current_actor_name", "context", "this_host",
     "this_proc", "HostMesh", "Shape", "Slice", "MessagesLost", "MeshFailure",
-    "unhandled_fault_hook", "UnhandledFault",
+    "unhandled_fault_hook", "UnhandledFault", "get_or_spawn_controller", "shutdown_context",
+    "BootstrapCommand", "default_bootstrap_cmd",
 ]
 
 SupervisionError = _crown.SupervisionError

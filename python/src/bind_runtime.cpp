@@ -254,6 +254,8 @@ void bindRuntime(py::module_& m) {
       [](const std::vector<Rank>& ranks) { Runtime::current().stopSpawned(ranks); },
       py::call_guard<py::gil_scoped_release>(),
       "On the controller: ends processes that spawn_procs started, and waits until they are gone.");
+  m.def("spawn_refusal", &Runtime::spawnRefusal,
+        "Why this job cannot start processes (a job srun started), or '' when it can.");
   m.def("launched_alone", &Runtime::launchedAlone,
         "True when no launcher (mpirun, srun) started this process: crown makes it an MPI "
         "singleton, which starts procs on demand.");

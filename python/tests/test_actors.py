@@ -366,17 +366,22 @@ def test_channel_and_accumulator(counters):
 
 
 def test_this_host_spawn_procs():
+    # Each call gives procs that no earlier call gave (Monarch's): first the
+    # launch's ranks on this host that are still free, then new processes.
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     assert procs.sizes == {"gpus": 2}  # named by per_host, as in Monarch
     pair = procs.spawn("pair", Counter, 0)
     assert sorted(r for r, _, _ in pair.where.call().get().values()) == [0, 1]
-    assert this_host().spawn_procs({"dp": 2, "tp": 2}).sizes == {"dp": 2, "tp": 2}
-    one = this_host().spawn_procs()  # Monarch's default: one proc per host
-    assert one.sizes == {} and len(one) == 1
-    assert this_host().procs({"gpus": 2}).shape == procs.shape  # the same ranks, none started
+    rest = this_host().spawn_procs({"dp": 1, "tp": 2})
+    assert rest.sizes == {"dp": 1, "tp": 2} and rest.shape.ranks() == [2, 3]
+    assert this_host().procs({"gpus": 2}).shape == procs.shape  # procs() shares, starts none
     assert this_host().ranks == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="asks for 8 procs"):
-        this_host().spawn_procs(per_host={"gpus": 8})
+    one = this_host().spawn_procs()  # Monarch's default: one proc; none left: a new process
+    assert one.sizes == {} and len(one) == 1 and one.shape.ranks()[0] >= 4
+    assert one.spawn("one", Counter, 0).where.call_one().get()[0] == one.shape.ranks()[0]
+    one.stop()
+    with pytest.raises(RuntimeError, match="spare rank slots"):
+        this_host().spawn_procs(per_host={"gpus": 8})  # more than the job's spare slots
     with pytest.raises(ValueError, match="at least 1"):
         this_host().spawn_procs(per_host={"gpus": 0})
 

@@ -194,3 +194,112 @@ def test_a_sigkilled_controller_takes_its_procs_within_five_seconds(tmp_path):
     spawned = [int(p) for p in pids.read_text().split()]
     assert len(spawned) == 4
     assert gone_within(spawned, 5) == []
+
+
+class Probe(Actor):
+    @endpoint
+    def env(self, name: str):
+        return os.environ.get(name)
+
+    @endpoint
+    def cpus(self) -> list:
+        return sorted(os.sched_getaffinity(0))
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_bootstrap_command_sets_each_procs_environment_for_that_call_only():
+    from crown.actor import default_bootstrap_cmd
+
+    command = default_bootstrap_cmd().with_env({"CROWN_TEST_MARK": "3"})
+    marked = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap_command=command)
+    assert marked.spawn("p", Probe).env.call_one("CROWN_TEST_MARK").get() == "3"
+    plain = this_host().spawn_procs(per_host={"gpus": 1})
+    assert plain.spawn("p", Probe).env.call_one("CROWN_TEST_MARK").get() is None
+    by_point = this_host().spawn_procs(
+        per_host={"gpus": 2},
+        bootstrap_command=lambda point: command.with_env({"CROWN_TEST_MARK": str(point["gpus"])}))
+    assert sorted(by_point.spawn("p", Probe).env.call("CROWN_TEST_MARK").get().values()) == ["0", "1"]
+    for procs in (marked, plain, by_point):
+        procs.stop()
+
+
+def test_with_python_executable_starts_procs_through_it(tmp_path):
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nexport CROWN_TEST_WRAPPED=yes\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    host = this_host().with_python_executable(str(wrapper))
+    procs = host.spawn_procs(per_host={"gpus": 1})
+    assert procs.spawn("p", Probe).env.call_one("CROWN_TEST_WRAPPED").get() == "yes"
+    procs.stop()
+
+
+def test_proc_bind_pins_each_proc_and_is_checked_before_anything_starts():
+    cpus = sorted(os.sched_getaffinity(0))
+    procs = this_host().spawn_procs(per_host={"gpus": 2},
+                                    proc_bind=[{"cpus": str(cpus[0])}, {"cpus": str(cpus[-1])}])
+    assert list(procs.spawn("p", Probe).cpus.call().get().values()) == [[cpus[0]], [cpus[-1]]]
+    procs.stop()
+    with pytest.raises(ValueError, match=r"proc_bind length \(1\) must equal"):
+        this_host().spawn_procs(per_host={"gpus": 2}, proc_bind=[{"cpus": "0"}])
+    with pytest.raises(ValueError, match="membind is not supported"):
+        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"membind": "0"}])
+    with pytest.raises(ValueError, match="not a non-empty subset"):
+        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4096"}])
+
+
+def fails_to_bootstrap():
+    raise RuntimeError("no scratch space here")
+
+
+def test_a_bootstrap_that_raises_fails_initialized_with_its_message():
+    from crown.actor import ActorError
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=fails_to_bootstrap)
+    with pytest.raises(ActorError, match="no scratch space here"):
+        procs.initialized.get(timeout=30)
+    good = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=lambda: None, name="good")
+    assert good.initialized.get(timeout=30) is True
+    procs.stop()
+    good.stop()
+
+
+def test_get_or_spawn_controller_gives_one_actor_per_name_on_this_process():
+    from crown.actor import get_or_spawn_controller
+
+    first = get_or_spawn_controller("pids", Probe).get()
+    assert first.pid.call_one().get() == os.getpid()
+    assert get_or_spawn_controller("pids", Probe).get() is first
+
+
+def test_a_host_mesh_shut_down_ends_its_procs_and_spawns_no_more():
+    import asyncio
+    import pickle
+
+    async def scoped():
+        async with this_host() as host:
+            procs = host.spawn_procs(per_host={"gpus": 2})
+            return host, list(procs.spawn("p", Probe).pid.call().get().values())
+
+    host, pids = asyncio.run(scoped())
+    assert gone_within(pids, 10) == []
+    with pytest.raises(RuntimeError, match="HostMesh has already been shut down"):
+        host.spawn_procs()
+    copy = pickle.loads(pickle.dumps(this_host()))
+    with pytest.raises(RuntimeError, match="only the HostMesh's owner"):
+        copy.shutdown()
+
+
+def test_shutdown_context_ends_every_started_proc_and_can_be_called_twice():
+    from crown.actor import shutdown_context
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    pids = list(procs.spawn("p", Probe).pid.call().get().values())
+    shutdown_context().get()
+    assert gone_within(pids, 10) == []
+    shutdown_context().get()
+    again = this_host().spawn_procs(per_host={"gpus": 1})  # the client goes on
+    assert again.spawn("p", Probe).pid.call_one().get() not in pids
+    again.stop()

@@ -180,6 +180,8 @@ std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& prog
 
 bool Runtime::launchedAlone() { return detail::launchedAlone(); }
 
+std::string Runtime::spawnRefusal() { return detail::spawnRefusal(); }
+
 void Runtime::stopSpawned(const std::vector<Rank>& ranks) {
   if (topology_.rank != 0) throw ConfigError("stopping procs: only the controller does");
   Proc& proc = *proc_;

@@ -93,6 +93,8 @@ class Runtime {
   /// True when no launcher (mpirun, srun) started this process: MPI makes it
   /// a singleton, whose procs are all started on demand (spawnProcs).
   static bool launchedAlone();
+  /// Why this job cannot start processes (srun's), or "" when it can.
+  static std::string spawnRefusal();
   /// On the controller: ends the processes of `ranks` (started by
   /// spawnProcs): every live rank is told to expect their departure, they
   /// shut down and exit 0, and this returns once their links are gone (or
