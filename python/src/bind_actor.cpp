@@ -13,6 +13,7 @@
 #include "crown/actor/failure.h"
 #include "crown/mesh/point.h"
 #include "crown/mesh/proc_mesh.h"
+#include "interruptible_wait.h"
 #include "program_wait.h"
 #include "py_actor.h"
 #include "py_payload.h"
@@ -54,13 +55,7 @@ class OutcomeFuture {
  public:
   explicit OutcomeFuture(Future<Outcome> future) : future_(std::move(future)) {}
   py::bytes get(std::optional<double> timeout) {
-    Outcome reply;
-    {
-      py::gil_scoped_release release;
-      ProgramWait abortable;  // fails with UnhandledFault when the job ends
-      reply = timeout ? future_.get(toMillis(*timeout)) : future_.get();
-    }
-    return outcomeBytes(reply);
+    return outcomeBytes(waitInterruptibly(future_, timeout));
   }
   bool done() const { return future_.isReady(); }
 
@@ -77,12 +72,7 @@ class RequestFuture {
   explicit RequestFuture(Future<RawReply> future) : future_(std::move(future)) {}
   py::object get(std::optional<double> timeout) {
     if (view_) return view_;
-    RawReply reply;
-    {
-      py::gil_scoped_release release;
-      ProgramWait abortable;
-      reply = timeout ? future_.get(toMillis(*timeout)) : future_.get();
-    }
+    RawReply reply = waitInterruptibly(future_, timeout);
     view_ = viewOf(std::move(*reply));
     return view_;
   }
@@ -114,12 +104,7 @@ class CastFuture {
   explicit CastFuture(Future<ValueMesh<Outcome>> future) : future_(std::move(future)) {}
   /// [(rank, payload or None, error or None)] in row-major order.
   py::list get(std::optional<double> timeout) {
-    ValueMesh<Outcome> replies;
-    {
-      py::gil_scoped_release release;
-      ProgramWait abortable;
-      replies = timeout ? future_.get(toMillis(*timeout)) : future_.get();
-    }
+    ValueMesh<Outcome> replies = waitInterruptibly(future_, timeout);
     py::list entries;
     for (std::size_t i = 0; i < replies.size(); ++i) {
       std::size_t rank = replies.rank(i);
@@ -171,12 +156,7 @@ class SpawnFuture {
  public:
   explicit SpawnFuture(Future<ValueMesh<void>> future) : future_(std::move(future)) {}
   py::list get(std::optional<double> timeout) {
-    std::vector<MeshError::Failure> failures;
-    {
-      py::gil_scoped_release release;
-      ProgramWait abortable;
-      failures = (timeout ? future_.get(toMillis(*timeout)) : future_.get()).failures();
-    }
+    std::vector<MeshError::Failure> failures = waitInterruptibly(future_, timeout).failures();
     py::list out;
     for (const auto& failure : failures) out.append(py::make_tuple(failure.rank, failure.what));
     return out;

@@ -303,3 +303,24 @@ def test_shutdown_context_ends_every_started_proc_and_can_be_called_twice():
     again = this_host().spawn_procs(per_host={"gpus": 1})  # the client goes on
     assert again.spawn("p", Probe).pid.call_one().get() not in pids
     again.stop()
+
+
+class Napper(Actor):
+    @endpoint
+    def nap(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+
+def test_ctrl_c_ends_a_wait_for_replies_at_once():
+    # A notebook's Kernel > Interrupt and a terminal's Ctrl-C are SIGINT.
+    import threading
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    nappers = procs.spawn("nappers", Napper)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        nappers.nap.call(20).get(timeout=60)
+    assert time.monotonic() - started < 5  # not after the 20 s nap
+    procs.stop()
