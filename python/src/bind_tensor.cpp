@@ -252,8 +252,9 @@ auto recordOp(std::string kernel) {
   return [kernel = std::move(kernel)](TensorClient& client, std::vector<RefId> inputs,
                                       std::vector<RefId> results, const py::bytes& blob,
                                       std::string origin) {
-    appendOrFlush(client, Call{kernel, std::move(inputs), std::move(results), ScalarType::f32, {},
-                               {}, std::string(blob), std::move(origin)});
+    appendOrFlush(client, Call{kernel, Refs(inputs.begin(), inputs.end()),
+                               Refs(results.begin(), results.end()), ScalarType::f32, {}, {},
+                               std::string(blob), std::move(origin)});
   };
 }
 
@@ -292,7 +293,8 @@ void bindTensor(py::module_& m) {
           [](TensorClient& client, std::string kernel, std::vector<RefId> inputs,
              std::vector<RefId> results, const py::bytes& blob, std::string origin,
              const std::string& dtype, std::vector<std::int64_t> ints, std::vector<double> reals) {
-            Call call{std::move(kernel), std::move(inputs), std::move(results),
+            Call call{std::move(kernel), Refs(inputs.begin(), inputs.end()),
+                      Refs(results.begin(), results.end()),
                       scalarFromName(dtype), std::move(ints), std::move(reals),
                       std::string(blob), std::move(origin)};
             appendOrFlush(client, std::move(call));

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -139,7 +140,7 @@ class EntryMemo {
     return it == entries_.end() ? nullptr : it->second.entry.ptr();
   }
   void add(const CompactKey& key, PyObject* entry, PyObject* func,
-           const std::vector<PyObject*>& metas) {
+           std::span<PyObject* const> metas) {
     if (entries_.size() >= kLimit) entries_.clear();
     Held held{py::reinterpret_borrow<py::object>(entry), {py::reinterpret_borrow<py::object>(func)}};
     for (PyObject* meta : metas) held.keep.push_back(py::reinterpret_borrow<py::object>(meta));

@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <cmath>
 #include <cstring>
 #include <string_view>
@@ -82,13 +83,19 @@ py::object dictOf(PyObject* object) {
   return py::reinterpret_steal<py::object>(PyObject_GenericGetDict(object, nullptr));
 }
 
+// The few things one op's recording collects (its tensors, their refs and
+// metadata), held inline: a heap vector each was a malloc and a free per op
+// (issue 45).
+template <class T>
+using Few = boost::container::small_vector<T, 4>;
+
 // _op_cache._arguments_key, for one value.
 struct KeyBuilder {
   PyObject* mesh;                      // the active one; borrowed
   PyObject* streamNow;                 // borrowed
-  std::vector<PyObject*> wrappers;     // borrowed: the arguments hold them
-  std::vector<PyObject*> inputs;       // borrowed refs (ints), by first appearance
-  std::vector<RefId> refs;             // the same, as numbers
+  Few<PyObject*> wrappers;             // borrowed: the arguments hold them
+  Few<PyObject*> inputs;               // borrowed refs (ints), by first appearance
+  Few<RefId> refs;                     // the same, as numbers
 
   Step key(PyObject* v, py::object& out) {
     PyTypeObject* t = Py_TYPE(v);
@@ -167,7 +174,7 @@ struct KeyBuilder {
   // a mesh tensor, a float, an int that fits, a bool or None; `supported`
   // false otherwise (the Python key decides). Its tensors are checked and
   // slotted as for the Python key.
-  Step compact(PyObject* func, PyObject* args, CompactKey& key, std::vector<PyObject*>& metas,
+  Step compact(PyObject* func, PyObject* args, CompactKey& key, Few<PyObject*>& metas,
                bool& supported) {
     supported = false;
     Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -311,7 +318,7 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
   PyObject* mesh = PyList_GET_ITEM(active, PyList_GET_SIZE(active) - 1);
   KeyBuilder keys{mesh, streamNow, {}, {}, {}};
   CompactKey compact;
-  std::vector<PyObject*> metas;
+  Few<PyObject*> metas;
   bool compactKnown = false;
   if (kwargs == nullptr || PyDict_GET_SIZE(kwargs) == 0) {
     if (Step s = keys.compact(func, args, compact, metas, compactKnown); s != Step::ok) return s;
@@ -329,7 +336,7 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
       return Step::slow;
     }
     if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) return Step::slow;  // None: always slow
-    if (compactKnown) state->memo.add(compact, entry, func, metas);
+    if (compactKnown) state->memo.add(compact, entry, func, {metas.data(), metas.size()});
   }
   if (keys.wrappers.empty()) return Step::slow;
   if (state->torch->gradEnabled())
@@ -379,7 +386,7 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
   // The Call's inputs: the op's tensor arguments, in perm's order.
   Py_ssize_t n = perm == Py_None ? static_cast<Py_ssize_t>(keys.inputs.size())
                                  : PyTuple_GET_SIZE(perm);
-  std::vector<std::size_t> order(n);
+  Few<std::size_t> order(static_cast<std::size_t>(n));
   for (Py_ssize_t k = 0; k < n; ++k) {
     std::size_t at = perm == Py_None ? k : PyLong_AsSize_t(PyTuple_GET_ITEM(perm, k));
     if (at >= keys.inputs.size()) {
@@ -389,7 +396,7 @@ Step record(PyObject* func, PyObject* args, PyObject* kwargs, py::object& out) {
     order[k] = at;
   }
   if (client != nullptr) {
-    std::vector<RefId> inputs(n);
+    tensor::Refs inputs(static_cast<std::size_t>(n));
     for (Py_ssize_t k = 0; k < n; ++k) inputs[k] = keys.refs[order[k]];
     bool aten = native != Py_None;
     auto text = state->texts.of(aten ? native : blob);

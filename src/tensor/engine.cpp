@@ -44,43 +44,77 @@ Engine::Impl::Stream& Engine::Impl::stream(StreamId id) {
 }
 
 // Consecutive calls of a kernel with a guard go to their stream as one
-// task, run under one guard (kernel.h: Python's GIL, taken once).
+// task, run under one guard (kernel.h: Python's GIL, taken once). Tasks
+// share the batch and run its commands in place: a copy of every call (a
+// vector of them grown to the batch's size, large enough that glibc's
+// malloc consolidates its free lists for it) cost more than the call.
 void Engine::Impl::dispatchBatch(std::vector<Command>&& commands) {
-  for (std::size_t i = 0; i < commands.size();) {
-    if (std::size_t fused = detail::Collectives::fusable(commands, i); fused > 1) {
+  // The last task done with it (or this function) empties it, on its own
+  // thread, and keeps its room for the next batch's decode.
+  Batch batch(new std::vector<Command>(std::move(commands)), [this](std::vector<Command>* done) {
+    done->clear();
+    {
+      std::lock_guard lock(spareMutex);
+      if (spareCommands.size() < kSpareBatches) spareCommands.push_back(std::move(*done));
+    }
+    delete done;
+  });
+  const std::vector<Command>& all = *batch;
+  for (std::size_t i = 0; i < all.size();) {
+    if (std::size_t fused = detail::Collectives::fusable(all, i); fused > 1) {
       std::vector<Collective> run;
       for (std::size_t end = i + fused; i < end; ++i)
-        run.push_back(std::move(std::get<Collective>(commands[i])));
+        run.push_back(std::move(std::get<Collective>((*batch)[i])));
       Stream& s = stream(current);
       s.thread.post([this, &s, run = std::move(run)] { runFused(run, s); });
       continue;
     }
-    const auto* call = std::get_if<Call>(&commands[i]);
+    const auto* call = std::get_if<Call>(&all[i]);
     KernelGuard guard = call ? findKernelGuard(call->kernel) : KernelGuard{};
     if (!guard) {
-      dispatch(commands[i++]);
+      dispatch(batch, i++);
       continue;
     }
-    const std::string kernel = call->kernel;
-    std::vector<Call> run;
-    for (; i < commands.size(); ++i) {
-      auto* next = std::get_if<Call>(&commands[i]);
-      if (!next || next->kernel != kernel) break;
-      run.push_back(std::move(*next));
+    const std::size_t first = i;
+    for (; i < all.size(); ++i) {
+      auto* next = std::get_if<Call>(&all[i]);
+      if (!next || next->kernel != call->kernel) break;
     }
     Stream& s = stream(current);
-    s.thread.post([this, &s, guard = std::move(guard), run = std::move(run)] {
+    s.thread.post([this, &s, guard = std::move(guard), batch, first, end = i] {
       auto held = guard();
-      Kernel kernel = findKernel(run.front().kernel);  // one lookup for the run
-      for (const Call& c : run) {
+      const auto& calls = *batch;
+      Kernel kernel = findKernel(std::get<Call>(calls[first]).kernel);  // one lookup for the run
+      for (std::size_t k = first; k < end; ++k) {
         ++ran;
-        this->call(c, s, kernel ? &kernel : nullptr);
+        this->call(std::get<Call>(calls[k]), s, kernel ? &kernel : nullptr);
       }
     });
   }
 }
 
-void Engine::Impl::dispatch(const Command& command) {
+CommandBatch Engine::Impl::decode(const wire::Bytes& bytes) {
+  CommandBatch batch;
+  {
+    std::lock_guard lock(spareMutex);
+    if (!spareCommands.empty()) {
+      batch.commands = std::move(spareCommands.back());
+      spareCommands.pop_back();
+    }
+  }
+  wire::countCopied(bytes.size());
+  try {
+    wire::IArchive archive(bytes.data(), bytes.size());
+    archive >> batch;  // clears the commands, keeps their room
+  } catch (const std::exception& e) {
+    throw ProtocolError("cannot decode a " + wire::messageName<CommandBatch>() + " from " +
+                        std::to_string(bytes.size()) + " bytes: " + e.what());
+  }
+  return batch;
+}
+
+void Engine::Impl::dispatch(const Batch& batch, std::size_t index) {
+  const Command& command = (*batch)[index];
   if (auto* s = std::get_if<SwitchStream>(&command)) {
     current = s->stream;
     stream(current);
@@ -91,12 +125,12 @@ void Engine::Impl::dispatch(const Command& command) {
   } else if (auto* a = std::get_if<AwaitEngine>(&command)) {
     awaitEngine(*a);
   } else if (auto* d = std::get_if<Delete>(&command)) {
-    afterEveryStream([this, refs = d->refs] {
-      for (RefId ref : refs) this->refs.erase(ref);
+    afterEveryStream([this, batch, d] {
+      for (RefId ref : d->refs) this->refs.erase(ref);
     });
   } else {
     Stream& s = stream(current);
-    s.thread.post([this, &s, command] { run(command, s); });
+    s.thread.post([this, &s, batch, index] { run((*batch)[index], s); });
   }
 }
 
@@ -246,7 +280,9 @@ Engines& engines() {
 Engine::Engine(std::uint64_t seed) {
   detail::registerNativeKernels();
   impl_ = std::make_unique<Impl>(Proc::current(), mesh::here(), seed);
-  handle<CommandBatch>([this](CommandBatch&& batch) {
+  // Raw, so that the engine decodes a batch into a vector it kept (decode()).
+  handleRaw(wire::messageName<CommandBatch>(), [this](wire::Bytes& bytes) {
+    CommandBatch batch = impl_->decode(bytes);
     if (!registered_) {  // the id is set before the first handler runs, not in the constructor
       std::lock_guard lock(engines().mutex);
       engines().byId[{id().rank, id().local}] = this;
@@ -261,6 +297,7 @@ Engine::Engine(std::uint64_t seed) {
     }
     impl_->countRunOnEveryStream(number);
     impl_->batchArrived.notify_all();
+    return crown::detail::HandlerResult{wire::messageName<crown::detail::Unit>(), {}};
   });
   handle<FetchShard>([this](const FetchShard& fetch) {
     impl_->drainAll();

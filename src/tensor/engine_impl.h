@@ -22,7 +22,8 @@
 namespace crown::tensor {
 namespace detail {
 
-// What one stream owns: its thread, its communicators, its generator.
+// What one stream owns: its thread, its communicators, its generator, the
+// scratch its calls reuse.
 struct EngineStream {
   EngineStream(Proc& proc, const mesh::Shape& shape, StreamId id, std::uint64_t seed,
                std::size_t bound)
@@ -31,6 +32,9 @@ struct EngineStream {
         thread(bound) {}
   detail::Collectives collectives;
   std::mt19937_64 generator;
+  // A call's inputs, its capacity kept from call to call (Engine::Impl::call):
+  // no allocation per op for the vector a kernel takes.
+  std::vector<LocalTensor> inputs;
   detail::StreamThread thread;  // last: goes first, while the members it uses live
 };
 
@@ -59,9 +63,17 @@ struct Engine::Impl {
 
   // Consecutive calls of a kernel with a guard go to their stream as one
   // task, run under one guard (kernel.h: Python's GIL, taken once); small
-  // allreduces in a row, as one (Collectives::fusable).
+  // allreduces in a row, as one (Collectives::fusable). The tasks run the
+  // commands where they are, in the batch they share: none is copied.
+  using Batch = std::shared_ptr<std::vector<Command>>;
   void dispatchBatch(std::vector<Command>&& commands);
-  void dispatch(const Command& command);
+  // A batch decoded into the vector of one already run (spareCommands):
+  // the room of its few hundred commands, tens of KiB (a request, and a
+  // free, large enough that glibc's malloc consolidates its free lists for
+  // it), is allocated once, not once per batch. A few are kept: the next
+  // batch is decoded while the last one runs.
+  CommandBatch decode(const wire::Bytes& bytes);
+  void dispatch(const Batch& batch, std::size_t index);
   void borrow(const Borrow& b);
   void giveBack(const ReturnBorrow& r);
 
@@ -106,7 +118,7 @@ struct Engine::Impl {
 
   RefTable::Poison failure(const std::string& op, std::string message, const std::string& origin,
                            std::string traceback = {}) const;
-  void poisonAll(const std::vector<RefId>& results, const RefTable::Poison& poison);
+  void poisonAll(const Refs& results, const RefTable::Poison& poison);
   void run(const Command& command, Stream& s);
   void runFused(const std::vector<Collective>& commands, Stream& s);
   void transfer(const Transfer& t);
@@ -134,6 +146,9 @@ struct Engine::Impl {
   // The dispatcher's own.
   StreamId current = 0;
   std::map<std::uint64_t, BorrowState> borrows;
+  std::mutex spareMutex;  // a batch is decoded on the actor's thread, done with on a stream's
+  std::vector<std::vector<Command>> spareCommands;  // emptied vectors of batches run
+  static constexpr std::size_t kSpareBatches = 4;
   std::vector<std::shared_ptr<Latch>> awaited;          // AwaitEngines not yet over
   std::map<StreamId, std::unique_ptr<Stream>> streams;  // last: their threads use the above
 };

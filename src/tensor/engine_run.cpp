@@ -18,7 +18,7 @@ RefTable::Poison Engine::Impl::failure(const std::string& op, std::string messag
       Failure{op, proc.rank(), std::move(message), std::move(traceback), origin});
 }
 
-void Engine::Impl::poisonAll(const std::vector<RefId>& results, const RefTable::Poison& poison) {
+void Engine::Impl::poisonAll(const Refs& results, const RefTable::Poison& poison) {
   for (RefId ref : results) refs.poison(ref, poison);
 }
 
@@ -78,8 +78,18 @@ void Engine::Impl::call(const Call& c, Stream& s, const Kernel* known) {
   trace::Span span;
   if (trace::on()) [[unlikely]]
     span.begin("tensor", c.kernel);
-  std::vector<LocalTensor> inputs;
-  inputs.reserve(c.inputs.size());
+  // The stream's scratch vector, handed back emptied (no shard kept) on
+  // every way out; taken, not borrowed, so that a call within a kernel
+  // would get a vector of its own.
+  struct Scratch {
+    std::vector<LocalTensor>& home;
+    std::vector<LocalTensor> taken = std::move(home);
+    ~Scratch() {
+      taken.clear();
+      home = std::move(taken);
+    }
+  } scratch{s.inputs};
+  std::vector<LocalTensor>& inputs = scratch.taken;
   for (RefId ref : c.inputs) {
     auto value = refs.find(ref);
     if (!value) {

@@ -2,6 +2,8 @@
 // contiguousCopy() and assign().
 #include "crown/tensor/local_tensor.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
 
@@ -139,7 +141,7 @@ LocalTensor LocalTensor::allocate(ScalarType type, std::vector<std::int64_t> sha
   } catch (const std::bad_alloc&) {
     LocalTensor described;
     described.dtype_ = type;
-    described.shape_ = shape;
+    described.layout_ = layoutOf(shape, {});
     throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes for " +
                 described.describe());
   }
@@ -157,35 +159,64 @@ LocalTensor LocalTensor::zeros(ScalarType type, std::vector<std::int64_t> shape)
 LocalTensor LocalTensor::wrap(ScalarType type, std::vector<std::int64_t> shape,
                               std::vector<std::int64_t> strides, void* data,
                               std::shared_ptr<Owner> owner, Device device) {
-  CROWN_CHECK(owner != nullptr, "LocalTensor::wrap needs an owner of the memory");
   if (strides.empty()) strides = contiguousStrides(shape);
+  return wrapStrided(type, shape, strides, data, std::move(owner), device);
+}
+
+LocalTensor LocalTensor::wrapStrided(ScalarType type, std::span<const std::int64_t> shape,
+                                     std::span<const std::int64_t> strides, void* data,
+                                     std::shared_ptr<Owner> owner, Device device) {
+  CROWN_CHECK(owner != nullptr, "LocalTensor::wrap needs an owner of the memory");
   CROWN_CHECK(strides.size() == shape.size(), "LocalTensor::wrap: " +
                                                   std::to_string(strides.size()) + " strides for " +
                                                   std::to_string(shape.size()) + " dimensions");
-  elementCount(shape);  // checks the sizes
+  for (std::int64_t size : shape)
+    if (size < 0) throw ConfigError("a tensor size is negative: " + std::to_string(size));
   LocalTensor tensor;
   tensor.dtype_ = type;
-  tensor.shape_ = std::move(shape);
-  tensor.strides_ = std::move(strides);
+  tensor.layout_ = layoutOf(shape, strides);
   tensor.device_ = device;
   tensor.data_ = data;
   tensor.owner_ = std::move(owner);
   return tensor;
 }
 
-std::int64_t LocalTensor::numel() const { return elementCount(shape_); }
+// This thread's last few layouts, looked up before a new one is made: a
+// loop's results take the layout of the step before (a shared pointer's
+// count, no allocation). Few, so a miss costs a few comparisons.
+std::shared_ptr<const LocalTensor::Layout> LocalTensor::layoutOf(
+    std::span<const std::int64_t> shape, std::span<const std::int64_t> strides) {
+  constexpr std::size_t kRecent = 8;
+  thread_local std::array<std::shared_ptr<const Layout>, kRecent> recent;
+  thread_local std::size_t next = 0;
+  for (const auto& layout : recent) {
+    if (layout && std::ranges::equal(layout->shape, shape) &&
+        std::ranges::equal(layout->strides, strides))
+      return layout;
+  }
+  auto made = std::make_shared<const Layout>(
+      Layout{{shape.begin(), shape.end()}, {strides.begin(), strides.end()}});
+  recent[next++ % kRecent] = made;
+  return made;
+}
+
+std::int64_t LocalTensor::numel() const { return elementCount(shape()); }
 
 bool LocalTensor::contiguous() const {
-  auto want = contiguousStrides(shape_);
-  for (std::size_t d = 0; d < shape_.size(); ++d)
-    if (shape_[d] != 1 && strides_[d] != want[d]) return false;
+  const auto& sizes = shape();
+  const auto& steps = strides();
+  std::int64_t want = 1;  // contiguousStrides(), from the last dimension, without a vector
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && steps[d] != want) return false;
+    want *= sizes[d] > 0 ? sizes[d] : 1;
+  }
   return true;
 }
 
 std::string LocalTensor::describe() const {
   std::string text = std::string(scalarName(dtype_)) + "[";
-  for (std::size_t d = 0; d < shape_.size(); ++d)
-    text += (d ? ", " : "") + std::to_string(shape_[d]);
+  for (std::size_t d = 0; d < dims(); ++d)
+    text += (d ? ", " : "") + std::to_string(shape()[d]);
   return text + "]";
 }
 
@@ -210,11 +241,11 @@ double LocalTensor::item() const {
 LocalTensor LocalTensor::contiguousCopy() const {
   CROWN_CHECK(device_.kind == DeviceKind::cpu, "contiguousCopy of a tensor that is not on the CPU");
   if (contiguous()) return *this;
-  LocalTensor out = allocate(dtype_, shape_);
+  LocalTensor out = allocate(dtype_, shape());
   std::size_t size = elementSize(dtype_);
   auto* to = static_cast<std::byte*>(out.data());
   const auto* from = static_cast<const std::byte*>(data_);
-  forEachOffset(shape_, strides_, [&](std::int64_t offset) {
+  forEachOffset(shape(), strides(), [&](std::int64_t offset) {
     std::memcpy(to, from + offset * static_cast<std::int64_t>(size), size);
     to += size;
   });
@@ -224,7 +255,7 @@ LocalTensor LocalTensor::contiguousCopy() const {
 LocalTensor LocalTensor::clone() const {
   if (!contiguous()) return contiguousCopy();  // a fresh block already
   CROWN_CHECK(device_.kind == DeviceKind::cpu, "clone of a tensor that is not on the CPU");
-  LocalTensor out = allocate(dtype_, shape_);
+  LocalTensor out = allocate(dtype_, shape());
   std::memcpy(out.data(), data_, nbytes());
   return out;
 }
@@ -239,7 +270,7 @@ void LocalTensor::assign(const LocalTensor& from) {
   std::size_t size = elementSize(dtype_);
   const auto* source = static_cast<const std::byte*>(from.data_);
   auto* to = static_cast<std::byte*>(data_);
-  forEachOffset(shape_, strides_, [&](std::int64_t offset) {
+  forEachOffset(shape(), strides(), [&](std::int64_t offset) {
     std::memcpy(to + offset * static_cast<std::int64_t>(size), source, size);
     source += size;
   });

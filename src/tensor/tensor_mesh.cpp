@@ -75,6 +75,11 @@ void TensorClient::flushLocked() {
   // Under the lock: batches leave in the order they are counted.
   engines_.broadcast(batch);
   ++batchesSent_;
+  // Encoded now: the next batch fills the same vector, grown once, not
+  // regrown through 1, 2, 4 ... 256 commands per batch (its last steps
+  // large enough that glibc's malloc consolidates its free lists for them).
+  batch.commands.clear();
+  pending_.commands.swap(batch.commands);
 }
 
 RefId TensorClient::newRef() { return newRefs(1); }

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
+#include <boost/serialization/array_wrapper.hpp>
+#include <boost/serialization/collection_size_type.hpp>
 #include <boost/serialization/split_member.hpp>
 #include <cstdint>
 #include <string>
@@ -23,6 +26,10 @@
 namespace crown::tensor {
 
 using RefId = std::uint64_t;
+/// A call's refs, up to four held inline (most calls name one to three): a
+/// call recorded or decoded allocates nothing for them (issue 45). On the
+/// wire, as a std::vector<RefId> is.
+using Refs = boost::container::small_vector<RefId, 4>;
 
 /// Runs the kernel registered as `kernel` (kernel.h) on `inputs` and defines
 /// `results` with what it returns. What a kernel reads besides its inputs
@@ -30,8 +37,8 @@ using RefId = std::uint64_t;
 /// dtype, ints, reals and blob.
 struct Call {
   std::string kernel;
-  std::vector<RefId> inputs;
-  std::vector<RefId> results;
+  Refs inputs;
+  Refs results;
   ScalarType dtype = ScalarType::f32;
   std::vector<std::int64_t> ints;
   std::vector<double> reals;
@@ -41,18 +48,40 @@ struct Call {
   /// origin by their place in the batch's table of texts (CommandBatch).
   template <class Archive>
   void saveShared(Archive& archive, std::uint32_t blobIndex, std::uint32_t originIndex) const {
-    archive << kernel << inputs << results << dtype << ints << reals << blobIndex << originIndex;
+    archive << kernel;
+    saveRefs(archive, inputs);
+    saveRefs(archive, results);
+    archive << dtype << ints << reals << blobIndex << originIndex;
   }
   template <class Archive>
   void loadShared(Archive& archive, const std::vector<SharedText>& texts) {
     std::uint32_t blobIndex = 0, originIndex = 0;
-    archive >> kernel >> inputs >> results >> dtype >> ints >> reals >> blobIndex >> originIndex;
+    archive >> kernel;
+    loadRefs(archive, inputs);
+    loadRefs(archive, results);
+    archive >> dtype >> ints >> reals >> blobIndex >> originIndex;
     if (blobIndex >= texts.size() || originIndex >= texts.size())
       throw ProtocolError("a tensor call names text " +
                           std::to_string(std::max(blobIndex, originIndex)) + " of a batch of " +
                           std::to_string(texts.size()));
     blob = texts[blobIndex];
     origin = texts[originIndex];
+  }
+
+ private:
+  // Boost writes a vector of numbers as its count, then its elements.
+  template <class Archive>
+  static void saveRefs(Archive& archive, const Refs& refs) {
+    const boost::serialization::collection_size_type count(refs.size());
+    archive << count;
+    if (!refs.empty()) archive << boost::serialization::make_array(refs.data(), refs.size());
+  }
+  template <class Archive>
+  static void loadRefs(Archive& archive, Refs& refs) {
+    boost::serialization::collection_size_type count;
+    archive >> count;  // no more than the bytes left (crown's archive checks)
+    refs.resize(count);
+    if (count != 0) archive >> boost::serialization::make_array(refs.data(), refs.size());
   }
 };
 

@@ -23,7 +23,8 @@ namespace crown::tensor {
 struct KernelContext {
   const Call& call;
   Rank rank = 0;                                ///< this proc's world rank
-  std::map<std::string, std::size_t> coords;    ///< and its coordinates in the engine's mesh
+  /// Its coordinates in the engine's mesh: the engine's own map, not a copy per call.
+  const std::map<std::string, std::size_t>& coords;
   std::mt19937_64& generator;                   ///< seeded per rank (rand)
 };
 

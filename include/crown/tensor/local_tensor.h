@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,13 +66,20 @@ class LocalTensor {
   static LocalTensor wrap(ScalarType type, std::vector<std::int64_t> shape,
                           std::vector<std::int64_t> strides, void* data,
                           std::shared_ptr<Owner> owner, Device device = {});
+  /// wrap() for a front end whose sizes live elsewhere (ATen's): strides
+  /// given, one per dimension. Makes no vector when a tensor of the same
+  /// shape and strides was made on this thread lately (an engine's loop
+  /// makes the same few, op after op).
+  static LocalTensor wrapStrided(ScalarType type, std::span<const std::int64_t> shape,
+                                 std::span<const std::int64_t> strides, void* data,
+                                 std::shared_ptr<Owner> owner, Device device = {});
 
   bool defined() const { return owner_ != nullptr; }
   ScalarType dtype() const { return dtype_; }
-  const std::vector<std::int64_t>& shape() const { return shape_; }
-  const std::vector<std::int64_t>& strides() const { return strides_; }
+  const std::vector<std::int64_t>& shape() const { return layout().shape; }
+  const std::vector<std::int64_t>& strides() const { return layout().strides; }
   const Device& device() const { return device_; }
-  std::size_t dims() const { return shape_.size(); }
+  std::size_t dims() const { return layout().shape.size(); }
   std::int64_t numel() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * elementSize(dtype_); }
   bool contiguous() const;
@@ -95,8 +103,20 @@ class LocalTensor {
   void assign(const LocalTensor& from);
 
  private:
+  // Shape and strides, never changed once made: copies of a tensor share
+  // them, and so do the tensors of one thread's recent layouts (interned),
+  // so that neither a copy (an engine's lookup of its input) nor a new
+  // result of a known shape allocates (issue 45).
+  struct Layout {
+    std::vector<std::int64_t> shape, strides;
+  };
+  inline static const Layout kNoDims{};  // a tensor's with no layout (empty, or moved from)
+  static std::shared_ptr<const Layout> layoutOf(std::span<const std::int64_t> shape,
+                                                std::span<const std::int64_t> strides);
+  const Layout& layout() const { return layout_ ? *layout_ : kNoDims; }
+
   ScalarType dtype_ = ScalarType::f32;
-  std::vector<std::int64_t> shape_, strides_;
+  std::shared_ptr<const Layout> layout_;
   Device device_;
   void* data_ = nullptr;
   std::shared_ptr<Owner> owner_;

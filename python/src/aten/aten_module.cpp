@@ -38,7 +38,6 @@ NativeOutcome run(std::string_view spec, const std::vector<tensor::LocalTensor>&
     pythonRuns.fetch_add(1, std::memory_order_relaxed);
     return NativeOutcome::usePython;
   }
-  op = call->name();
   try {
     results = call->run(inputs);
     nativeRuns.fetch_add(1, std::memory_order_relaxed);
@@ -51,6 +50,7 @@ NativeOutcome run(std::string_view spec, const std::vector<tensor::LocalTensor>&
   } catch (const std::exception& e) {
     message = std::string("RuntimeError: ") + e.what();
   }
+  op = call->name();  // only now: a name such as "aten::mul.Tensor" is a string allocated per op
   nativeRuns.fetch_add(1, std::memory_order_relaxed);  // it ran, and raised
   return NativeOutcome::failed;
 }

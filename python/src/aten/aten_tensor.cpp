@@ -3,9 +3,77 @@
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
 
+#include <memory>
+#include <new>
+#include <utility>
+
 namespace crown::python::aten {
 
 using tensor::ScalarType;
+
+namespace {
+
+// Each thread's freed blocks of one type (T), reused by its next allocation:
+// an AtenOwner and its shared_ptr count are one block made per op, and a
+// malloc and a free each was a fifth of an engine's per-op allocations under
+// glibc (issue 45). A block goes to the list of the thread that frees it
+// (mostly the stream that made it, which also deletes the ref); a list
+// keeps at most kKept, and is freed when its thread ends. The list runs
+// through the blocks themselves, so its thread-local state is plain
+// pointers, valid until the thread is gone.
+template <class T>
+class Recycling {
+ public:
+  using value_type = T;
+  Recycling() = default;
+  template <class U>
+  Recycling(const Recycling<U>&) {}  // NOLINT: rebinding, as allocators do
+
+  T* allocate(std::size_t n) {
+    if (n == 1 && head_ != nullptr) {
+      Free* block = head_;
+      head_ = block->next;
+      --count_;
+      return reinterpret_cast<T*>(block);
+    }
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) {
+    if (n == 1 && !exited_ && count_ < kKept) {
+      if (count_++ == 0) reapAtExit();
+      head_ = new (p) Free{head_};
+      return;
+    }
+    ::operator delete(p);
+  }
+  template <class U>
+  bool operator==(const Recycling<U>&) const {
+    return true;
+  }
+
+ private:
+  static_assert(sizeof(T) >= sizeof(void*) && alignof(T) >= alignof(void*));
+  struct Free {
+    Free* next;
+  };
+  static void reapAtExit() {  // made once per thread: frees its list when the thread ends
+    static thread_local Reaper reaper;
+    (void)reaper;
+  }
+  struct Reaper {
+    ~Reaper() {
+      exited_ = true;
+      while (head_ != nullptr) ::operator delete(std::exchange(head_, head_->next));
+      count_ = 0;
+    }
+  };
+  static constexpr std::size_t kKept = 256;
+  static inline thread_local Free* head_ = nullptr;
+  static inline thread_local std::size_t count_ = 0;
+  static inline thread_local bool exited_ = false;
+};
+
+}  // namespace
 
 at::ScalarType atenType(ScalarType type) {
   switch (type) {
@@ -67,8 +135,10 @@ tensor::LocalTensor fromAten(const at::Tensor& t) {
   } else {
     TORCH_CHECK(t.is_cpu(), "a result on ", t.device(), ", which crown's engines do not hold");
   }
-  return tensor::LocalTensor::wrap(*type, t.sizes().vec(), t.strides().vec(), t.data_ptr(),
-                                   std::make_shared<AtenOwner>(t), device);
+  // Straight from ATen's sizes: a shape seen lately on this thread costs no vector.
+  return tensor::LocalTensor::wrapStrided(
+      *type, {t.sizes().data(), t.sizes().size()}, {t.strides().data(), t.strides().size()},
+      t.data_ptr(), std::allocate_shared<AtenOwner>(Recycling<AtenOwner>(), t), device);
 }
 
 }  // namespace crown::python::aten

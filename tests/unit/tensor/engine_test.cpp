@@ -262,7 +262,7 @@ TEST(CommandBatch, EveryCommandRoundTripsOnTheWire) {
   ASSERT_EQ(back.commands.size(), 5u);
   const auto& call = std::get<Call>(back.commands[0]);
   EXPECT_EQ(call.kernel, "fill");
-  EXPECT_EQ(call.inputs, (std::vector<RefId>{1, 2}));
+  EXPECT_EQ(call.inputs, (Refs{1, 2}));
   EXPECT_EQ(call.dtype, ScalarType::f64);
   EXPECT_EQ(call.blob, "blob");
   EXPECT_EQ(call.origin, "a.py:3");
@@ -306,7 +306,7 @@ TEST(CommandBatch, CallsCarryEachDistinctBlobAndOriginOnce) {
   const auto& first = std::get<Call>(back.commands[0]);
   for (RefId r = 0; r < 100; ++r) {
     const auto& call = std::get<Call>(back.commands[r]);
-    EXPECT_EQ(call.inputs, (std::vector<RefId>{r}));
+    EXPECT_EQ(call.inputs, (Refs{r}));
     EXPECT_EQ(call.blob, op);
     EXPECT_EQ(call.origin, "loop.py:7");
     EXPECT_EQ(call.blob.identity(), first.blob.identity());  // one text, shared on arrival

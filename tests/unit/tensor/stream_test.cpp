@@ -56,7 +56,8 @@ class StreamTest : public ::testing::Test {
   void on(StreamId stream) { tm.client().record(SwitchStream{stream}); }
   RefId call(const std::string& kernel, std::vector<RefId> inputs, RefId result = 0) {
     if (result == 0) result = tm.client().newRef();
-    tm.client().record(Call{kernel, std::move(inputs), {result}, ScalarType::f64, {}, {}, {}, {}});
+    tm.client().record(Call{kernel, Refs(inputs.begin(), inputs.end()), {result},
+                            ScalarType::f64, {}, {}, {}, {}});
     return result;
   }
   double value(RefId ref) { return tm.client().fetch(ref, 0).get(10s).item(); }
