@@ -52,15 +52,16 @@ def ensure_started() -> None:
         atexit.register(_end)
 
 
-def start(program: str, settings: List[dict]) -> List[int]:
+def start(program: str, settings: List[dict], host: str = None) -> List[int]:
     """Starts one proc of `program` (a Python interpreter) per entry of
-    `settings` (_spawn_options.per_proc), in one MPI world, and returns
-    their ranks."""
+    `settings` (_spawn_options.per_proc), in one MPI world, on `host` (None:
+    where Open MPI places them), and returns their ranks."""
     ensure_started()
+    _pickle.main_by_value(True)  # the procs do not run this program's __main__
     # The controller's sys.path goes along: what it imports (a test's own
     # module, a notebook's sys.path.append) the procs import too.
     arguments = WORKER + [json.dumps(sys.path), json.dumps(settings)]
-    ranks = list(_crown.spawn_procs(len(settings), program, arguments))
+    ranks = list(_crown.spawn_procs(len(settings), program, arguments, host or ""))
     with _lock:
         _groups.append(ranks)
     return ranks

@@ -1,5 +1,5 @@
 """Meshes: ProcMesh (ranks with named dimensions), ActorMesh (the actors
-spawned on one), HostMesh, this_host() and this_proc().
+spawned on one) and this_proc(); hosts are _hosts.py's.
 
 Spawning registers each mesh with _supervision (its class, to rebuild the
 ActorMesh a failure names) and runs the actors' constructors through
@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import sys
 import threading
-from typing import Any, Callable, Dict, Generic, List, Optional, Set, TypeVar
+from typing import Generic, List, Optional, Set, TypeVar
 
-from . import _client, _crown, _pickle, _placement, _protocol, _supervision
+from . import _client, _crown, _pickle, _protocol, _supervision
 from ._calls import EndpointRef, NotAnEndpoint
 from ._context import current_actor
 from ._endpoints import Actor, _check_endpoint_kinds, _construct, _unpicklable, endpoint
-from ._spawn_options import BootstrapCommand
-from ._values import Future, Point, _Sliceable
+from ._values import Future, _Sliceable
 
 R = TypeVar("R")
 
@@ -288,209 +286,6 @@ class ActorMesh(_Sliceable, Generic[R]):
 
     def __repr__(self):
         return f"ActorMesh({self._name!r}, {self._cls.__name__}, {self._shape})"
-
-
-class HostMesh:
-    """One host and its procs. Under a launch (mpirun, srun, sbatch), the
-    ranks the launch started on it: procs() hands those out rather than
-    starting processes. In a controller that no launcher started (a plain
-    ``python3``, a notebook), spawn_procs() starts new processes on it."""
-
-    def __init__(self, shape: Shape, command: Optional[BootstrapCommand] = None,
-                 owner: bool = True):
-        self._shape = shape  # {"procs": P}: this host's ranks of the launch
-        self._command = command  # with_python_executable's; None: this interpreter
-        self._owner = owner  # False for a copy (pickled): it cannot shut the host down
-        self._spawned: List[ProcMesh] = []  # the started procs, which shutdown() ends
-        self._shut_down = False
-
-    @property
-    def ranks(self) -> List[int]:
-        """The ranks the launch started on this host."""
-        return self._shape.ranks()
-
-    @property
-    def initialized(self) -> Future:
-        """Monarch's: a Future of True once the host is up (it is)."""
-        return Future(lambda timeout: True)
-
-    def procs(self, per_host: Optional[Dict[str, int]] = None) -> ProcMesh:
-        """The first ``prod(per_host.values())`` ranks of this host's launch,
-        in rank order, as a ProcMesh whose dimensions are per_host's, named
-        and sized as given (``{"gpus": 4}`` gives ``{"gpus": 4}``); without
-        per_host, one proc and no dimension (Monarch's default). Calling it
-        twice gives the same ranks again, each able to host actors of its
-        own; no process is started. Raises ValueError when more procs are
-        asked than the launch started here."""
-        per_host = _checked(per_host)
-        wanted = math.prod(per_host.values())
-        available = len(self._shape)
-        if wanted > available:
-            raise ValueError(f"procs(per_host={per_host}) asks for {wanted} procs, but this "
-                             f"host has {available} ranks of the launch")
-        return ProcMesh(_laid_out(self._shape.select({"procs": slice(0, wanted)}), per_host))
-
-    def spawn_procs(self, per_host: Optional[Dict[str, int]] = None,
-                    bootstrap: Optional[Callable[[], Any]] = None, name: Optional[str] = None,
-                    proc_bind: Optional[List[Dict[str, str]]] = None,
-                    bootstrap_command=None) -> ProcMesh:
-        """``prod(per_host.values())`` procs of their own (one without
-        per_host) as a ProcMesh of per_host's dimensions, as in Monarch: each
-        call gives procs that no earlier call gave. In a controller that no
-        launcher started they are new processes (MPI_Comm_spawn), up once
-        this returns; ProcMesh.stop() ends them, as does the controller's
-        exit. Under a launch, the launch's ranks on this host that no earlier
-        spawn_procs took, then new processes where the launcher can start
-        them (mpirun) and ValueError where it cannot (srun); procs() shares
-        the launch's ranks instead.
-
-        ``bootstrap`` runs on each proc before it is handed out (its failure
-        fails ``procs.initialized`` with an ActorError); ``proc_bind`` (one
-        dict per proc: cpus, physcpubind or cpunodebind) pins each proc to
-        CPUs; ``bootstrap_command`` (a BootstrapCommand, or a function of a
-        Point giving one) sets the program and environment each proc starts
-        with. These apply to started processes; under a launch they raise
-        ValueError for the launch's ranks. ``name`` names the mesh."""
-        if self._shut_down:
-            raise RuntimeError("HostMesh has already been shut down")
-        per_host = _checked(per_host)
-        wanted = math.prod(per_host.values())
-        spec = (bootstrap_command, proc_bind)
-        if not _client.starts_procs():
-            ranks = _launch_ranks_free(self._shape, wanted)
-            if ranks is not None:
-                if spec != (None, None):
-                    raise ValueError("proc_bind and bootstrap_command set how processes start; "
-                                     "the launch's ranks started already (ask for more procs "
-                                     "than the launch has free to start new ones)")
-                procs = ProcMesh(_laid_out(ranks, per_host), name=name)
-                return _bootstrapped(procs, bootstrap)
-            refusal = _crown.spawn_refusal()
-            if refusal:
-                raise ValueError(f"spawn_procs(per_host={per_host}) asks for {wanted} procs, but "
-                                 f"this host's ranks of the launch were handed out by earlier "
-                                 f"spawn_procs calls (procs() shares them), and {refusal}")
-        from . import _spawn_options
-
-        points = [Point(rank, Shape(list(per_host.items()))) for rank in range(wanted)]
-        program, settings = _spawn_options.per_proc(
-            wanted, points, bootstrap_command, self._command or
-            _spawn_options.default_bootstrap_cmd(), proc_bind)
-        started = _client.start(program, settings)
-        shape = _laid_out(Shape(["procs"], _Run(started[0], len(started))), per_host)
-        procs = ProcMesh(shape, started=started, name=name)
-        self._spawned.append(procs)
-        return _bootstrapped(procs, bootstrap)
-
-    def with_python_executable(self, path: str) -> "HostMesh":
-        """This host, whose later spawn_procs start their procs with the
-        interpreter at `path` (Monarch's): a new HostMesh; this one is
-        unchanged."""
-        from . import _spawn_options
-
-        return HostMesh(self._shape, _spawn_options.BootstrapCommand(path), self._owner)
-
-    def shutdown(self) -> Future:
-        """Ends every proc that spawn_procs started through this HostMesh;
-        spawning on it then raises RuntimeError. Only the HostMesh that
-        this_host() gave (not a pickled copy) may. Returns a done Future."""
-        if not self._owner:
-            raise RuntimeError("only the HostMesh's owner shuts it down; this is a copy of it")
-        self._shut_down = True
-        for procs in self._spawned:
-            procs.stop()
-        self._spawned.clear()
-        return Future(lambda timeout: None)
-
-    async def __aenter__(self) -> "HostMesh":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.shutdown()
-
-    def __reduce__(self):
-        return (HostMesh, (self._shape, self._command, False))
-
-    def __repr__(self):
-        return f"HostMesh(ranks={self.ranks})"
-
-
-class _Run:
-    """Consecutive ranks as Shape(labels, slice) reads a slice."""
-
-    def __init__(self, first: int, count: int):
-        self.offset, self.sizes, self.strides = first, [count], [1]
-
-
-def _checked(per_host: Optional[Dict[str, int]]) -> Dict[str, int]:
-    per_host = dict(per_host or {})
-    for label, size in per_host.items():
-        if not isinstance(label, str) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"per_host={per_host}: each entry must be a dimension name "
-                             f"and a size of at least 1, not {label!r}: {size!r}")
-    return per_host
-
-
-def _laid_out(procs: Shape, per_host: Dict[str, int]) -> Shape:
-    """`procs` ({"procs": N}) in per_host's dimensions; one proc and no
-    dimension without per_host (Monarch's default)."""
-    if not per_host:
-        return procs.select({"procs": 0})
-    return procs.split("procs", list(per_host.items()))
-
-
-_handed_out: Set[int] = set()  # launch ranks that spawn_procs gave (never twice)
-_handed_out_lock = threading.Lock()
-
-
-def _launch_ranks_free(host: Shape, wanted: int) -> Optional[Shape]:
-    """The next `wanted` ranks of `host` ({"procs": P}) that no spawn_procs
-    took, now taken; None when fewer are left."""
-    ranks = host.ranks()
-    with _handed_out_lock:
-        free = [i for i, rank in enumerate(ranks) if rank not in _handed_out]
-        if len(free) < max(wanted, 1) or free[:max(wanted, 1)] != list(
-                range(free[0], free[0] + max(wanted, 1))):
-            return None
-        taken = free[:max(wanted, 1)]
-        _handed_out.update(ranks[i] for i in taken)
-    return host.select({"procs": slice(taken[0], taken[-1] + 1)})
-
-
-class _Bootstrap(Actor):
-    """Runs spawn_procs' bootstrap on each proc."""
-
-    def __init__(self, fn):
-        self._fn = fn
-
-    @endpoint
-    async def run(self) -> bool:
-        result = self._fn()
-        if inspect.isawaitable(result):
-            await result
-        return True
-
-
-def _bootstrapped(procs: ProcMesh, bootstrap) -> ProcMesh:
-    """Runs `bootstrap` on every proc of `procs`: procs.initialized is done
-    once it has run everywhere, and raises its ActorError if it failed."""
-    if bootstrap is None:
-        return procs
-    runs = procs.spawn("bootstrap", _Bootstrap, bootstrap).run.call()
-    procs._initialized = Future(lambda timeout: runs.get(timeout) is not None)
-    return procs
-
-
-def this_host() -> HostMesh:
-    """The host this code runs on, as in Monarch: the controller's in main(),
-    an actor's own inside its endpoints. A process that no launcher started
-    becomes the controller here (Monarch's client: _client.py)."""
-    _client.ensure_started()
-    world = _crown.world_shape()
-    host = world.select({"hosts": world.coordinates(_crown.rank())["hosts"]})
-    if _placement.controller == "dedicated" and host.ranks()[0] == 0:
-        host = host.select({"procs": slice(1, host.size("procs"))})  # rank 0 only controls
-    return HostMesh(host)
 
 
 def this_proc() -> ProcMesh:

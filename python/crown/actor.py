@@ -44,7 +44,8 @@ from ._client import get_or_spawn_controller, shutdown_context  # noqa: F401
 from ._endpoints import (DEFAULT_MAX_CONCURRENCY, Actor, ActorError,  # noqa: F401
                          ActorStoppedError, MixedEndpointsError, concurrent_endpoint, context,
                          current_actor_name, current_rank, current_size, endpoint)
-from ._meshes import R, ActorMesh, HostMesh, ProcMesh, this_host, this_proc  # noqa: F401
+from ._hosts import HostMesh, this_host  # noqa: F401
+from ._meshes import R, ActorMesh, ProcMesh, this_proc  # noqa: F401
 from ._ports import Channel, Port, PortReceiver, open_ports  # noqa: F401
 from ._shape import Slice
 from ._spawn_options import BootstrapCommand, default_bootstrap_cmd  # noqa: F401

@@ -242,13 +242,18 @@ void bindRuntime(py::module_& m) {
       "returns their ranks, in the same order.");
   m.def(
       "spawn_procs",
-      [](std::size_t count, const std::string& program, const std::vector<std::string>& arguments) {
-        return Runtime::current().spawnProcs(count, program, arguments);
+      [](std::size_t count, const std::string& program, const std::vector<std::string>& arguments,
+         const std::string& host) {
+        return Runtime::current().spawnProcs(count, program, arguments, host);
       },
-      py::arg("count"), py::arg("program"), py::arg("arguments"),
+      py::arg("count"), py::arg("program"), py::arg("arguments"), py::arg("host") = "",
       py::call_guard<py::gil_scoped_release>(),
-      "On the controller: starts count new processes of program (MPI_Comm_spawn), which join "
-      "the fabric, and returns their ranks (consecutive; they share an MPI world).");
+      "On the controller: starts count new processes of program (MPI_Comm_spawn) on host (\"\": "
+      "where the runtime places them), which join the fabric, and returns their ranks "
+      "(consecutive; they share an MPI world).");
+  m.def(
+      "host_of", [](Rank rank) { return Runtime::current().proc().host(rank); },
+      "The host name of rank (\"\" when unknown).");
   m.def(
       "stop_spawned",
       [](const std::vector<Rank>& ranks) { Runtime::current().stopSpawned(ranks); },

@@ -324,3 +324,28 @@ def test_ctrl_c_ends_a_wait_for_replies_at_once():
         nappers.nap.call(20).get(timeout=60)
     assert time.monotonic() - started < 5  # not after the 20 s nap
     procs.stop()
+
+
+def test_a_process_job_gives_host_meshes_by_name_and_reuses_its_cached_description(tmp_path):
+    from crown.job import LocalJob, ProcessJob, job_load
+
+    cache = str(tmp_path / "job_state.pkl")
+    state = ProcessJob({"trainers": 2, "server": 1}).state(cached_path=cache)
+    procs = state.trainers.spawn_procs(per_host={"gpus": 2})
+    assert procs.sizes == {"hosts": 2, "gpus": 2}  # the hosts' dimension, then per_host's
+    pids = list(procs.spawn("p", Probe).pid.call().get().values())
+    assert len(set(pids)) == 4
+    assert state.server.slice(hosts=0).spawn_procs().sizes == {"hosts": 1}
+    with pytest.raises(AttributeError, match="has no host mesh 'workers'"):
+        state.workers
+    with pytest.raises(ValueError, match="overlap with host labels"):
+        state.trainers.spawn_procs(per_host={"hosts": 2})
+    first = job_load(cache).apply_id
+    ProcessJob({"trainers": 2, "server": 1}).state(cached_path=cache)
+    assert job_load(cache).apply_id == first  # the cached job can run it: reused
+    ProcessJob({"trainers": 3}).state(cached_path=cache)
+    assert job_load(cache).apply_id != first  # it cannot: killed, a new one cached
+    assert gone_within(pids, 10) == []  # the killed job's procs ended
+    job_load(cache).kill()
+    assert LocalJob().state(cached_path=None).hosts.spawn_procs(
+        per_host={"gpus": 1}).sizes == {"hosts": 1, "gpus": 1}

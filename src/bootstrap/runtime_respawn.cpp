@@ -134,7 +134,8 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
 }
 
 std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& program,
-                                      const std::vector<std::string>& arguments) {
+                                      const std::vector<std::string>& arguments,
+                                      const std::string& host) {
   if (topology_.rank != 0) throw ConfigError("spawn_procs: only the controller starts procs");
   if (count == 0) throw ConfigError("spawn_procs: asked for 0 procs");
   std::lock_guard lock(respawnMutex_);
@@ -158,7 +159,7 @@ std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& prog
   auto started = std::chrono::steady_clock::now();
   std::vector<detail::JoinAnswer> answers;
   spawnOnMpiThread("spawn_procs()", [&] {
-    answers = detail::spawnProcesses(offers, {program, arguments, ""}, timeout);
+    answers = detail::spawnProcesses(offers, {program, arguments, host}, timeout);
   });
   std::string failures;
   for (std::size_t i = 0; i < answers.size(); ++i) {

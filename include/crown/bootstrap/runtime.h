@@ -78,8 +78,9 @@ class Runtime {
   /// window reaches them.
   std::vector<Rank> respawn(const std::vector<Rank>& lost);
 
-  /// On the controller: starts `count` new processes of `command` (program
-  /// and arguments; the Python front end passes its worker module) in one
+  /// On the controller: starts `count` new processes of `program` and
+  /// `arguments` (the Python front end passes its worker module), on `host`
+  /// ("": where the MPI runtime places them), in one
   /// MPI_Comm_spawn, each joining the fabric in a spare slot, and returns
   /// their ranks, consecutive, once every live rank has admitted them. They
   /// share an MPI world of their own (tensor collectives among them run over
@@ -89,7 +90,8 @@ class Runtime {
   /// BootstrapError when they cannot start or join within
   /// CROWN_RESPAWN_TIMEOUT_MS.
   std::vector<Rank> spawnProcs(std::size_t count, const std::string& program,
-                               const std::vector<std::string>& arguments);
+                               const std::vector<std::string>& arguments,
+                               const std::string& host = "");
   /// True when no launcher (mpirun, srun) started this process: MPI makes it
   /// a singleton, whose procs are all started on demand (spawnProcs).
   static bool launchedAlone();

@@ -1,0 +1,50 @@
+"""spawn_procs under mpirun -n 4 (issue 46): each call hands out launch
+ranks that no earlier call took (LocalJob's host mesh has a "hosts"
+dimension, this_host()'s procs none); once they are spent, new processes
+start (mpirun can); procs() shares the launch's first ranks; a started
+mesh's stop() ends its processes."""
+
+import os
+import time
+
+import crown
+from crown.actor import Actor, endpoint, this_host
+from crown.job import LocalJob
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Pid(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def main():
+    hosts = LocalJob().state(cached_path=None).hosts
+    first = hosts.spawn_procs(per_host={"gpus": 2})
+    print("first:", first.sizes, first._shape.ranks())
+    second = hosts.spawn_procs(per_host={"gpus": 1})
+    print("second:", second.sizes, second._shape.ranks())
+    last = this_host().spawn_procs()
+    print("last:", last.sizes, last._shape.ranks())
+    started = this_host().spawn_procs(per_host={"gpus": 2})
+    pids = list(started.spawn("pids", Pid).pid.call().get().values())
+    launch = list(crown.world().spawn("pids", Pid).pid.call().get().values())
+    print("started:", started.sizes, started._shape.ranks()[0] >= 4,
+          "new processes:", not set(pids) & set(launch))
+    print("shared:", hosts.procs(per_host={"gpus": 2})._shape.ranks())
+    started.stop()
+    deadline = time.monotonic() + 5
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("ended:", not any(running(pid) for pid in pids))
+
+
+crown.run(main)
