@@ -215,8 +215,7 @@ bool LocalTensor::contiguous() const {
 
 std::string LocalTensor::describe() const {
   std::string text = std::string(scalarName(dtype_)) + "[";
-  for (std::size_t d = 0; d < dims(); ++d)
-    text += (d ? ", " : "") + std::to_string(shape()[d]);
+  for (std::size_t d = 0; d < dims(); ++d) text += (d ? ", " : "") + std::to_string(shape()[d]);
   return text + "]";
 }
 
