@@ -27,9 +27,17 @@ WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after its inte
 
 
 def starts_procs() -> bool:
-    """True in a controller that no launcher started: its procs are started
-    on demand rather than handed out from a launch."""
-    return _crown.launched_alone()
+    """True where procs are started on demand rather than handed out from a
+    launch: in a controller that no launcher started, and in a proc that was
+    started (its spawn_procs asks the controller, which alone starts them)."""
+    if _crown.launched_alone():
+        return True
+    return _crown.initialised() and _crown.rank() not in _crown.world_shape().ranks()
+
+
+def _forwarded() -> bool:
+    """Whether this process asks the controller to start and stop procs."""
+    return _crown.initialised() and _crown.rank() != 0
 
 
 def ensure_started() -> None:
@@ -57,6 +65,10 @@ def start(program: str, settings: List[dict], host: str = None) -> List[int]:
     `settings` (_spawn_options.per_proc), in one MPI world, on `host` (None:
     where Open MPI places them), and returns their ranks."""
     ensure_started()
+    if _forwarded():
+        from ._hosts import controller_starter
+
+        return controller_starter().start_procs.call_one(program, settings, host).get()
     _pickle.main_by_value(True)  # the procs do not run this program's __main__
     # The controller's sys.path goes along: what it imports (a test's own
     # module, a notebook's sys.path.append) the procs import too.
@@ -69,6 +81,10 @@ def start(program: str, settings: List[dict], host: str = None) -> List[int]:
 
 def stop(ranks: List[int]) -> None:
     """Ends the procs of one start() (their actors are stopped already)."""
+    if _forwarded():
+        from ._hosts import controller_starter
+
+        return controller_starter().stop_procs.call_one(ranks).get()
     with _lock:
         if ranks not in _groups:
             return  # stopped already: stop() twice is a no-op, as in Monarch

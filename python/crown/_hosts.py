@@ -265,6 +265,33 @@ def _bootstrapped(procs: ProcMesh, bootstrap) -> ProcMesh:
     return procs
 
 
+class _Starter(Actor):
+    """On the controller, which alone starts and stops procs: does it for
+    spawn_procs called in a started proc (an actor's endpoint there)."""
+
+    @endpoint
+    def start_procs(self, program: str, settings: List[dict], host: Optional[str]) -> List[int]:
+        return _client.start(program, settings, host)
+
+    @endpoint
+    def stop_procs(self, ranks: List[int]) -> None:
+        _client.stop(ranks)
+
+
+_starter = None
+_starter_lock = threading.Lock()
+
+
+def controller_starter():
+    """This process's _Starter on the controller (rank 0), spawned on first use."""
+    global _starter
+    with _starter_lock:
+        if _starter is None:
+            controller = Shape([("ranks", _crown.size())]).select({"ranks": 0})
+            _starter = ProcMesh(controller).spawn("crown-starter", _Starter)
+        return _starter
+
+
 def launch_hosts() -> Shape:
     """Every rank of the launch as {"hosts": H, "procs": P} (under
     crown.run(main, controller="dedicated"), each host without its first

@@ -22,5 +22,7 @@ if len(sys.argv) > 2:
         os.sched_setaffinity(0, mine["cpus"])
 
 import crown  # noqa: E402 - from the controller's sys.path, in the proc's own environment
+from crown import _pickle  # noqa: E402
 
+_pickle.main_by_value(True)  # this __main__ is not the controller's: what names one goes by value
 crown.init()  # joins and serves; a proc never comes back from it

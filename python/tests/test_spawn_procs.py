@@ -349,3 +349,36 @@ def test_a_process_job_gives_host_meshes_by_name_and_reuses_its_cached_descripti
     job_load(cache).kill()
     assert LocalJob().state(cached_path=None).hosts.spawn_procs(
         per_host={"gpus": 1}).sizes == {"hosts": 1, "gpus": 1}
+
+
+class Spawner(Actor):
+    """Spawns procs of its own from an endpoint, as Monarch's controllers do."""
+
+    @endpoint
+    def spawn_probes(self):
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        self.procs = procs
+        return procs.spawn("inner", Probe)
+
+    @endpoint
+    def stop_them(self) -> None:
+        self.procs.stop()
+
+
+def test_an_actor_spawns_procs_on_the_controller_and_on_a_started_proc():
+    from crown.actor import get_or_spawn_controller
+
+    here = get_or_spawn_controller("spawner", Spawner).get()  # on this process
+    inner = here.spawn_probes.call_one().get()
+    pids = list(inner.pid.call().get().values())
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    here.stop_them.call_one().get()
+    assert gone_within(pids, 10) == []
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    remote = procs.spawn("spawner", Spawner)  # on a started proc: the controller starts them
+    inner = remote.spawn_probes.call_one().get()
+    nested = list(inner.pid.call().get().values())
+    assert len(set(nested)) == 2 and not set(nested) & set(pids)
+    remote.stop_them.call_one().get()
+    assert gone_within(nested, 10) == []
+    procs.stop()
