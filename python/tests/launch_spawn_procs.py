@@ -5,19 +5,11 @@ start (mpirun can); procs() shares the launch's first ranks; a started
 mesh's stop() ends its processes."""
 
 import os
-import time
 
 import crown
 from crown.actor import Actor, endpoint, this_host
 from crown.job import LocalJob
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from polling import gone_within
 
 
 class Pid(Actor):
@@ -41,10 +33,7 @@ def main():
           "new processes:", not set(pids) & set(launch))
     print("shared:", hosts.procs(per_host={"gpus": 2})._shape.ranks())
     started.stop()
-    deadline = time.monotonic() + 5
-    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    print("ended:", not any(running(pid) for pid in pids))
+    print("ended:", gone_within(pids, 5) == [])
 
 
 crown.run(main)

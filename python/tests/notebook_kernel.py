@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from polling import gone_within, running
+
 STARTUP_S = 60  # a kernel's start, until it answers kernel_info
 CELL_S = 120  # one cell (a spawn_procs on a loaded machine takes seconds)
 GONE_S = 5  # the procs of a kernel that ended (restart, shutdown) are gone by then
@@ -104,31 +106,12 @@ AFTER_INTERRUPT_REPLY = "['hello, again, from gpu 0', 'hello, again, from gpu 1'
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # IPython's colours in a traceback
 
 
-def running(pid: int) -> bool:
-    """A live process, not a zombie waiting for its parent to reap it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def command_line(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except FileNotFoundError:
         return "(gone)"
-
-
-def still_running(pids, seconds: float) -> list:
-    """The pids still running after `seconds` (polled)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = [pid for pid in pids if running(pid)]
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.05)
 
 
 class Notebook:
@@ -261,7 +244,7 @@ class Notebook:
 
 
 def gone(pids: list, what: str) -> None:
-    left = still_running(pids, GONE_S)
+    left = gone_within(pids, GONE_S)
     if left:
         raise Failed(f"after {what}, workers {left} of the old kernel still run {GONE_S} s on: "
                      + "; ".join(f"{pid}: {command_line(pid)}" for pid in left))

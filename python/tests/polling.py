@@ -1,6 +1,6 @@
 """Waiting in tests for something that settles after the call that caused
 it has returned (a dropped RDMA region leaves the window on the pool, just
-after its drop completes)."""
+after its drop completes; a stopped proc's process ends)."""
 
 import time
 
@@ -14,3 +14,18 @@ def eventually(read, settled, seconds=10.0):
         time.sleep(0.002)
         value = read()
     return value
+
+
+def running(pid: int) -> bool:
+    """A live process, not a zombie waiting for its parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone_within(pids, seconds: float) -> list:
+    """The pids still running after `seconds` (polled)."""
+    return eventually(lambda: [pid for pid in pids if running(pid)], lambda left: not left,
+                      seconds)

@@ -17,28 +17,9 @@ import torch
 import crown
 from crown.actor import Actor, SupervisionError, endpoint, this_host, this_proc
 from crown.rdma import RDMABuffer
+from polling import gone_within, running
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def running(pid: int) -> bool:
-    """A live process, not a zombie waiting for its parent (Open MPI's runtime)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def gone_within(pids, seconds: float) -> list:
-    """The pids still running after `seconds` (polled)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        left = [pid for pid in pids if running(pid)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [pid for pid in pids if running(pid)]
 
 
 def unlaunched_env() -> dict:

@@ -163,11 +163,15 @@ def finish_all() -> None:
     rank is skipped."""
     with _meshes_lock:
         meshes = list(_meshes.values())
+    _finish(meshes)
+
+
+def _finish(meshes) -> None:
     for mesh in meshes:
         try:
             mesh.flush()
             mesh.backend.sync()
-        except Exception:  # noqa: BLE001 - its error was the program's to see; exit anyway
+        except Exception:  # noqa: BLE001 - its error was the program's to see; end anyway
             pass
 
 
@@ -180,12 +184,7 @@ def finish_ranks(ranks) -> None:
     with _meshes_lock:
         ending = [key for key in _meshes if ranks.intersection(key[1])]
         meshes = [_meshes.pop(key) for key in ending]
-    for mesh in meshes:
-        try:
-            mesh.flush()
-            mesh.backend.sync()
-        except Exception:  # noqa: BLE001 - its error was the program's to see; stop anyway
-            pass
+    _finish(meshes)
 
 
 def mesh_of(shape: "_crown.Shape") -> Mesh:
