@@ -106,7 +106,10 @@ std::string processes(const std::vector<JoinOffer>& offers) {
   return offers.size() == 1 ? "the process" : std::to_string(offers.size()) + " processes";
 }
 
-}  // namespace
+// What started them, for errors: replacements (groupSize 0) or spawn_procs.
+std::string starter(const std::vector<JoinOffer>& offers) {
+  return offers.front().groupSize == 0 ? "respawn" : "spawn_procs";
+}
 
 // mpirun and srun (with PMIx or PMI) leave these in every process they
 // start. A singleton's MPI_Init sets some of them too, so they are read once,
@@ -116,6 +119,8 @@ const bool g_launchedAlone = [] {
     if (std::getenv(variable) != nullptr) return false;
   return true;
 }();
+
+}  // namespace
 
 bool launchedAlone() { return g_launchedAlone; }
 
@@ -177,7 +182,7 @@ std::vector<JoinAnswer> joinOver(SpawnAttempt& attempt, const std::vector<JoinOf
   if (code != MPI_SUCCESS && !command.host.empty() && !attempt.givenUp()) {
     // The lost rank's host may be gone with it, or outside what the
     // launcher may place on: anywhere will do.
-    log::get().info("respawn: cannot start {} on {}; trying any host", whom(offers),
+    log::get().info("{}: cannot start {} on {}; trying any host", starter(offers), whom(offers),
                     command.host);
     SpawnCommand anywhere = command;
     anywhere.host.clear();
@@ -204,7 +209,7 @@ std::vector<JoinAnswer> joinOver(SpawnAttempt& attempt, const std::vector<JoinOf
     CROWN_CHECK_MPI(MPI_Irecv(&length, 1, MPI_UINT64_T, i, kAnswerTag, child, &request));
     if (!completedBy(request, deadline)) {
       // Not disconnected: MPI_Comm_disconnect would wait for it.
-      throw BootstrapError("respawn: the process started for rank " +
+      throw BootstrapError(starter(offers) + ": the process started for rank " +
                            std::to_string(offers[i].rank) + " did not answer within " +
                            std::to_string(timeout.count()) +
                            " ms (CROWN_RESPAWN_TIMEOUT_MS); its own output says why");
@@ -247,7 +252,7 @@ std::vector<JoinAnswer> spawnProcesses(const std::vector<JoinOffer>& offers,
     attempt->answers = std::move(answers);
     attempt->error = error;
     if (attempt->abandoned) {
-      log::get().warn("respawn: {} for {} returned {} ms after it was given up on",
+      log::get().warn("{}: {} for {} returned {} ms after it was given up on", starter(offers),
                       attempt->stage, whom(offers),
                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)
                           .count());
@@ -263,7 +268,7 @@ std::vector<JoinAnswer> spawnProcesses(const std::vector<JoinOffer>& offers,
     // helper is left there, and with it MPI on this process.
     attempt->abandoned = true;
     throw SpawnAbandoned(
-        "respawn: " + processes(offers) + " started for " + whom(offers) +
+        starter(offers) + ": " + processes(offers) + " started for " + whom(offers) +
         " did not join within " + std::to_string(timeout.count()) +
         " ms (CROWN_RESPAWN_TIMEOUT_MS), and Open MPI's " + attempt->stage +
         " has not returned (a process that dies before MPI_Init leaves it waiting for good; its "
