@@ -17,12 +17,12 @@ import atexit
 import json
 import sys
 import threading
-from typing import List
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import _crown, _pickle
 
 _lock = threading.Lock()
-_groups: List[List[int]] = []  # the ranks of each spawn_procs call, until stopped
+_groups: Dict[tuple, "Starting"] = {}  # the ranks of each spawn_procs call, until stopped
 WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after its interpreter
 
 
@@ -60,35 +60,76 @@ def ensure_started() -> None:
         atexit.register(_end)
 
 
-def start(program: str, settings: List[dict], host: str = None) -> List[int]:
+class Starting:
+    """The start of one group of procs, under way on a thread of its own
+    (spawn_procs returns at once, as Monarch's does): wait() returns once
+    they are up, or raises why they are not."""
+
+    def __init__(self, run: Callable[[], None]):
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+        threading.Thread(target=self._run, args=(run,), name="crown-start", daemon=True).start()
+
+    def _run(self, run: Callable[[], None]) -> None:
+        try:
+            run()
+        except BaseException as e:  # noqa: BLE001 - the waiter raises it
+            self._error = e
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the procs did not start within {timeout} s")
+        if self._error is not None:
+            raise self._error
+
+
+def start(program: str, settings: List[dict], host: Optional[str] = None,
+          then: Optional[Callable[[List[int]], None]] = None) -> Tuple[List[int], Starting]:
     """Starts one proc of `program` (a Python interpreter) per entry of
     `settings` (_spawn_options.per_proc), in one MPI world, on `host` (None:
-    where Open MPI places them), and returns their ranks."""
+    where Open MPI places them). Returns their ranks at once, reserved, and
+    the Starting that says when they are up (and `then(ranks)` has run).
+    Raises at once where no process can be started (srun, spares spent)."""
     ensure_started()
     if _forwarded():
         from ._hosts import controller_starter
 
-        return controller_starter().start_procs.call_one(program, settings, host).get()
+        ranks = controller_starter().start_procs.call_one(program, settings, host).get()
+        return ranks, Starting(lambda: then and then(ranks))
     _pickle.main_by_value(True)  # the procs do not run this program's __main__
     # The controller's sys.path goes along: what it imports (a test's own
     # module, a notebook's sys.path.append) the procs import too.
     arguments = WORKER + [json.dumps(sys.path), json.dumps(settings)]
-    ranks = list(_crown.spawn_procs(len(settings), program, arguments, host or ""))
+    ranks = list(_crown.reserve_procs(len(settings)))
+
+    def run():
+        _crown.spawn_procs(ranks, program, arguments, host or "")
+        if then is not None:
+            then(ranks)
+
+    starting = Starting(run)
     with _lock:
-        _groups.append(ranks)
-    return ranks
+        _groups[tuple(ranks)] = starting
+    return ranks, starting
 
 
 def stop(ranks: List[int]) -> None:
-    """Ends the procs of one start() (their actors are stopped already)."""
+    """Ends the procs of one start() (their actors are stopped already),
+    once their start is over."""
     if _forwarded():
         from ._hosts import controller_starter
 
         return controller_starter().stop_procs.call_one(ranks).get()
     with _lock:
-        if ranks not in _groups:
-            return  # stopped already: stop() twice is a no-op, as in Monarch
-        _groups.remove(ranks)
+        starting = _groups.pop(tuple(ranks), None)
+    if starting is None:
+        return  # stopped already: stop() twice is a no-op, as in Monarch
+    try:
+        starting.wait()
+    except Exception:  # noqa: BLE001 - those that could not start have nothing to end
+        pass
     alive = [rank for rank in ranks if _crown.alive(rank)]
     if alive:
         _crown.stop_spawned(alive)
@@ -99,7 +140,7 @@ def stop_all() -> None:
     with _lock:
         groups = list(_groups)
     for ranks in groups:
-        stop(ranks)
+        stop(list(ranks))
 
 
 _controllers: dict = {}  # name -> the Future of its ActorMesh (get_or_spawn_controller)

@@ -147,11 +147,19 @@ class HostMesh:
         program, settings = _spawn_options.per_proc(
             self._hosts * wanted, points, bootstrap_command,
             self._command or _spawn_options.default_bootstrap_cmd(), binding)
-        started = _client.start(program, settings, host)
-        grid = Shape([HOSTS, "procs"], _Run(started[0], [self._hosts, wanted]))
-        procs = ProcMesh(self._laid_out(grid, per_host), started=started, name=name)
+        def shape_of(ranks: List[int]) -> Shape:
+            return self._laid_out(Shape([HOSTS, "procs"], _Run(ranks[0], [self._hosts, wanted])),
+                                  per_host)
+
+        def bootstrapped(ranks: List[int]) -> None:  # on the start's thread, once they are up
+            if bootstrap is not None:
+                # A mesh of its own: the returned one waits for this very start.
+                ProcMesh(shape_of(ranks)).spawn("bootstrap", _Bootstrap, bootstrap).run.call().get()
+
+        started, starting = _client.start(program, settings, host, bootstrapped)
+        procs = ProcMesh(shape_of(started), started=started, name=name, starting=starting)
         self._spawned.append(procs)
-        return _bootstrapped(procs, bootstrap)
+        return procs
 
     def _laid_out(self, grid: Shape, per_host: Dict[str, int]) -> Shape:
         """`grid` ({"hosts": H, "procs": N}) in the hosts' dimension (unless
@@ -271,7 +279,9 @@ class _Starter(Actor):
 
     @endpoint
     def start_procs(self, program: str, settings: List[dict], host: Optional[str]) -> List[int]:
-        return _client.start(program, settings, host)
+        ranks, starting = _client.start(program, settings, host)
+        starting.wait()  # the asking proc gets them up, as its own start would
+        return ranks
 
     @endpoint
     def stop_procs(self, ranks: List[int]) -> None:

@@ -33,10 +33,13 @@ class ProcMesh(_Sliceable):
 
     def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None,
                  started: Optional[List[int]] = None, of_started: bool = False,
-                 name: Optional[str] = None):
+                 name: Optional[str] = None, starting=None):
         self._shape = shape
         self._name = name or "anon"
-        self._initialized: Optional[Future] = None  # spawn_procs' bootstrap, when given
+        self._initialized: Optional[Future] = None  # a launch's ranks' bootstrap, when given
+        # The start of its processes (_client.Starting), under way or over:
+        # what needs them up waits for it (_ready), shared with every slice.
+        self._starting = starting
         # The ranks stop() was called on, shared with every slice of this mesh
         # (and the mesh it was sliced from): a stop reaches exactly its ranks.
         self._stopped = stopped if stopped is not None else set()
@@ -46,7 +49,14 @@ class ProcMesh(_Sliceable):
         self._of_started = of_started  # a slice or a copy of such a mesh: it cannot stop them
 
     def _with(self, shape):
-        return ProcMesh(shape, self._stopped, of_started=self._owns_processes())
+        return ProcMesh(shape, self._stopped, of_started=self._owns_processes(),
+                        starting=self._starting)
+
+    def _ready(self, timeout: Optional[float] = None) -> None:
+        """Waits until its started processes are up (and bootstrapped);
+        raises why they are not."""
+        if self._starting is not None:
+            self._starting.wait(timeout)
 
     def _owns_processes(self) -> bool:
         return self._started is not None or self._of_started
@@ -55,10 +65,18 @@ class ProcMesh(_Sliceable):
     def initialized(self) -> Future:
         """Monarch's: a Future of True once every proc is up and has run
         spawn_procs' bootstrap; raises the bootstrap's ActorError if it
-        failed."""
-        return self._initialized or Future(lambda timeout: True)
+        failed, or why the processes could not start."""
+        if self._initialized is not None:
+            return self._initialized
+
+        def up(timeout):
+            self._ready(timeout)
+            return True
+
+        return Future(up)
 
     def __reduce__(self):
+        self._ready()  # whoever receives it may use the procs at once
         # A copy owns no processes: only the mesh spawn_procs returned stops them.
         return (ProcMesh, (self._shape, set(self._stopped), None, self._owns_processes()))
 
@@ -72,6 +90,7 @@ class ProcMesh(_Sliceable):
         frames. A rank that is lost or silent past `timeout` says why."""
         from . import _stacks
 
+        self._ready()
         return _stacks.collect(self._shape.ranks(), native, timeout)
 
     def logging_option(self, stream_to_client: bool = False,
@@ -89,6 +108,7 @@ class ProcMesh(_Sliceable):
         CROWN_LOG_WINDOW (3 s). Returns a done Future."""
         from . import _logs
 
+        self._ready()
         _logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
         return Future(lambda timeout: None)
 
@@ -102,6 +122,7 @@ class ProcMesh(_Sliceable):
         slots are spent (CROWN_SPARE_RANKS, by default the job's size), or
         when a process cannot start or join in time. Replacements are outside
         MPI_COMM_WORLD, so MPI collectives and RDMA windows do not reach them."""
+        self._ready()
         lost = [rank for rank in self._shape.ranks() if not _crown.alive(rank)]
         if not lost:
             return self
@@ -125,6 +146,10 @@ class ProcMesh(_Sliceable):
         if self._started is None and self._of_started:
             raise RuntimeError(f"only the ProcMesh that spawn_procs returned stops its procs; "
                                f"this ({self._shape}) is a slice or a copy of it")
+        try:
+            self._ready()
+        except Exception:  # noqa: BLE001 - procs that could not start are ended all the same
+            pass
         ranks = set(self._shape.ranks())
         engines = sys.modules.get("crown.tensor._engine")  # loaded only by a program using tensors
         if self._started is not None and engines is not None:
@@ -150,6 +175,7 @@ class ProcMesh(_Sliceable):
         sent."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs an Actor subclass, not {cls!r}")
+        self._ready()  # started processes: up (and bootstrapped), or why not
         stopped = self._stopped.intersection(self._shape.ranks())
         if stopped:
             raise RuntimeError(f"cannot spawn '{name}': this ProcMesh ({self._shape}) was "
@@ -186,6 +212,7 @@ class ProcMesh(_Sliceable):
         """The crown.tensor.Mesh of these procs (for mesh.rank(dims), flush())."""
         from .tensor._engine import mesh_of
 
+        self._ready()
         return mesh_of(self._shape)
 
     def __repr__(self):

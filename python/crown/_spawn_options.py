@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
@@ -115,6 +116,11 @@ def per_proc(count: int, points: Sequence, command: Command, base: BootstrapComm
     if len(programs) != 1:
         raise ValueError(f"bootstrap_command: the procs of one spawn_procs start together "
                          f"(one MPI_Comm_spawn), so they run one program, not {sorted(programs)}")
+    program = shutil.which(commands[0].program)
+    if program is None:
+        # Open MPI's runtime waits for good on a program it cannot start.
+        raise ValueError(f"spawn_procs: {commands[0].program!r} is not a program this process "
+                         f"can run (no such executable file)")
     settings = [{"env": made.env, "cpus": cpus[i] if cpus else None}
                 for i, made in enumerate(commands)]
-    return commands[0].program, settings
+    return program, settings

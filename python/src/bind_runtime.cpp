@@ -241,16 +241,21 @@ void bindRuntime(py::module_& m) {
       "On the controller: replaces the lost ranks with new processes (MPI_Comm_spawn) and "
       "returns their ranks, in the same order.");
   m.def(
-      "spawn_procs",
-      [](std::size_t count, const std::string& program, const std::vector<std::string>& arguments,
-         const std::string& host) {
-        return Runtime::current().spawnProcs(count, program, arguments, host);
-      },
-      py::arg("count"), py::arg("program"), py::arg("arguments"), py::arg("host") = "",
+      "reserve_procs", [](std::size_t count) { return Runtime::current().reserveProcs(count); },
       py::call_guard<py::gil_scoped_release>(),
-      "On the controller: starts count new processes of program (MPI_Comm_spawn) on host (\"\": "
-      "where the runtime places them), which join the fabric, and returns their ranks "
-      "(consecutive; they share an MPI world).");
+      "On the controller: reserves count consecutive rank slots for one spawn_procs and returns "
+      "their ranks; raises where the launcher cannot start processes or spares are spent.");
+  m.def(
+      "spawn_procs",
+      [](const std::vector<Rank>& ranks, const std::string& program,
+         const std::vector<std::string>& arguments, const std::string& host) {
+        Runtime::current().spawnProcs(ranks, program, arguments, host);
+      },
+      py::arg("ranks"), py::arg("program"), py::arg("arguments"), py::arg("host") = "",
+      py::call_guard<py::gil_scoped_release>(),
+      "On the controller: starts a process of program in each reserved rank (MPI_Comm_spawn) "
+      "on host (\"\": where the runtime places them); returns once they have joined the "
+      "fabric (they share an MPI world).");
   m.def(
       "host_of", [](Rank rank) { return Runtime::current().proc().host(rank); },
       "The host name of rank (\"\" when unknown).");

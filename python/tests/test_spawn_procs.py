@@ -215,6 +215,19 @@ def test_with_python_executable_starts_procs_through_it(tmp_path):
     procs = host.spawn_procs(per_host={"gpus": 1})
     assert procs.spawn("p", Probe).env.call_one("CROWN_TEST_WRAPPED").get() == "yes"
     procs.stop()
+    with pytest.raises(ValueError, match="is not a program this process can run"):
+        this_host().with_python_executable(str(tmp_path / "no-such-python")).spawn_procs()
+
+
+def test_spawn_procs_returns_at_once_and_initialized_says_when_they_are_up():
+    started = time.monotonic()
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    returned = time.monotonic() - started
+    assert procs.initialized.get(timeout=60) is True
+    up = time.monotonic() - started
+    assert returned < up / 2, (returned, up)  # the processes came up after it returned
+    assert len(set(procs.spawn("p", Probe).pid.call().get().values())) == 2
+    procs.stop()
 
 
 def test_proc_bind_pins_each_proc_and_is_checked_before_anything_starts():

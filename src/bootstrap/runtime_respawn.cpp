@@ -133,9 +133,7 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
   return made;
 }
 
-std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& program,
-                                      const std::vector<std::string>& arguments,
-                                      const std::string& host) {
+std::vector<Rank> Runtime::reserveProcs(std::size_t count) {
   if (topology_.rank != 0) throw ConfigError("spawn_procs: only the controller starts procs");
   if (count == 0) throw ConfigError("spawn_procs: asked for 0 procs");
   std::lock_guard lock(respawnMutex_);
@@ -147,13 +145,28 @@ std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& prog
                 std::to_string(spare) +
                 " spare rank slots are left (CROWN_SPARE_RANKS sets how many a job has)");
   }
-  Rank first = nextSlot_;
-  nextSlot_ += static_cast<Rank>(count);  // spent even on failure: processes may have started
+  std::vector<Rank> slots;
+  for (std::size_t i = 0; i < count; ++i) slots.push_back(nextSlot_++);  // spent, whatever comes
+  return slots;
+}
+
+void Runtime::spawnProcs(const std::vector<Rank>& slots, const std::string& program,
+                         const std::vector<std::string>& arguments, const std::string& host) {
+  if (slots.empty()) throw ConfigError("spawn_procs: no slot to start a proc in");
+  std::lock_guard lock(respawnMutex_);
+  Rank first = slots.front();
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] != first + i || slots[i] >= nextSlot_ || slots[i] < topology_.size ||
+        proc_->joined(slots[i])) {
+      throw ConfigError("spawn_procs: ranks " + std::to_string(first) + ".. are not free "
+                        "consecutive slots of one reserve_procs");
+    }
+  }
   std::vector<detail::JoinOffer> offers;
-  for (Rank slot = first; slot < first + count; ++slot) {
+  for (Rank slot : slots) {
     offers.push_back(offerFor(slot));
     offers.back().groupFirst = first;
-    offers.back().groupSize = static_cast<Rank>(count);
+    offers.back().groupSize = static_cast<Rank>(slots.size());
   }
   auto timeout = env::millis("CROWN_RESPAWN_TIMEOUT_MS", 60s);
   auto started = std::chrono::steady_clock::now();
@@ -164,19 +177,16 @@ std::vector<Rank> Runtime::spawnProcs(std::size_t count, const std::string& prog
   std::string failures;
   for (std::size_t i = 0; i < answers.size(); ++i) {
     if (!answers[i].error.empty())
-      failures += "\n  rank " + std::to_string(first + i) + ": " + answers[i].error;
+      failures += "\n  rank " + std::to_string(slots[i]) + ": " + answers[i].error;
   }
   // None is admitted when one failed: those that joined hear nothing from
   // the controller, and exit at CROWN_CONTROLLER_TIMEOUT_MS.
   if (!failures.empty()) throw BootstrapError("spawn_procs: procs that cannot join:" + failures);
-  std::vector<Rank> made;
-  for (std::size_t i = 0; i < answers.size(); ++i) made.push_back(first + static_cast<Rank>(i));
-  admitJoined(made, answers);
-  log::get().info("started ranks {}-{} in {} ms", first, first + count - 1,
+  admitJoined(slots, answers);
+  log::get().info("started ranks {}-{} in {} ms", first, slots.back(),
                   std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now() - started)
                       .count());
-  return made;
 }
 
 bool Runtime::launchedAlone() { return detail::launchedAlone(); }

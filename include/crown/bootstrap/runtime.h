@@ -78,20 +78,21 @@ class Runtime {
   /// window reaches them.
   std::vector<Rank> respawn(const std::vector<Rank>& lost);
 
-  /// On the controller: starts `count` new processes of `program` and
-  /// `arguments` (the Python front end passes its worker module), on `host`
-  /// ("": where the MPI runtime places them), in one
-  /// MPI_Comm_spawn, each joining the fabric in a spare slot, and returns
-  /// their ranks, consecutive, once every live rank has admitted them. They
-  /// share an MPI world of their own (tensor collectives among them run over
-  /// MPI). Works where respawn does, and in a process no launcher started
-  /// (an MPI singleton, with 1024 spare slots by default). Throws Error when
-  /// the launcher cannot spawn (srun) or too few spares are left, and
+  /// On the controller: reserves `count` consecutive spare slots for the
+  /// procs of one spawnProcs, and returns their ranks at once. Throws Error
+  /// when the launcher cannot spawn (srun) or too few spares are left
+  /// (CROWN_SPARE_RANKS; a process no launcher started has 1024).
+  std::vector<Rank> reserveProcs(std::size_t count);
+  /// On the controller: starts one new process of `program` and `arguments`
+  /// (the Python front end passes its worker module) per slot of `slots`
+  /// (one reserveProcs), on `host` ("": where the MPI runtime places them),
+  /// in one MPI_Comm_spawn, each joining the fabric in its slot, and returns
+  /// once every live rank has admitted them. They share an MPI world of
+  /// their own (tensor collectives among them run over MPI). Throws
   /// BootstrapError when they cannot start or join within
-  /// CROWN_RESPAWN_TIMEOUT_MS.
-  std::vector<Rank> spawnProcs(std::size_t count, const std::string& program,
-                               const std::vector<std::string>& arguments,
-                               const std::string& host = "");
+  /// CROWN_RESPAWN_TIMEOUT_MS; the slots stay spent.
+  void spawnProcs(const std::vector<Rank>& slots, const std::string& program,
+                  const std::vector<std::string>& arguments, const std::string& host = "");
   /// True when no launcher (mpirun, srun) started this process: MPI makes it
   /// a singleton, whose procs are all started on demand (spawnProcs).
   static bool launchedAlone();
