@@ -99,8 +99,10 @@ class HostMesh:
         """``prod(per_host.values())`` procs per host (one without per_host)
         as a ProcMesh of the hosts' dimension and per_host's, as in Monarch:
         procs that no earlier call gave (this module's docstring says
-        where they come from). Started processes are up once this returns;
-        ProcMesh.stop() ends them, as does the controller's exit.
+        where they come from). It returns at once: started processes come
+        up meanwhile (``procs.initialized`` says when), and whatever needs
+        them waits for them; ProcMesh.stop() ends them, as does the
+        controller's exit.
 
         ``bootstrap`` runs on each proc before it is handed out (its failure
         fails ``procs.initialized`` with an ActorError); ``proc_bind`` (one

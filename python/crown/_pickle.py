@@ -73,6 +73,17 @@ def _pickle(base, obj, buffers) -> bytes:
     return out.getvalue()
 
 
+_main_by_value = False
+
+
+def main_by_value(on: bool) -> None:
+    """In a controller whose procs do not run its script (_client.py), what
+    names its ``__main__`` (an actor class of a notebook, a function of the
+    script) travels by value, through cloudpickle, rather than by name."""
+    global _main_by_value
+    _main_by_value = on
+
+
 def dumps(obj) -> bytes:
     """Pickles obj into one bytes object; raises what pickling raised (dumps_parts)."""
     head, raws = dumps_parts(obj)
@@ -98,17 +109,6 @@ def dumps_parts(obj, prefix: bytes = b""):
     raws = [b.raw() for b in buffers]
     lengths = struct.pack(f"<{len(raws) + 1}Q", len(data), *(r.nbytes for r in raws))
     return b"".join([prefix, _HEADER.pack(len(raws)), lengths, data]), raws
-
-
-_main_by_value = False
-
-
-def main_by_value(on: bool) -> None:
-    """In a controller whose procs do not run its script (_client.py), what
-    names its ``__main__`` (an actor class of a notebook, a function of the
-    script) travels by value, through cloudpickle, rather than by name."""
-    global _main_by_value
-    _main_by_value = on
 
 
 def buffer_count(payload) -> int:
