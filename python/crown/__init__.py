@@ -28,7 +28,7 @@ import signal
 import sys
 import traceback
 
-from . import _context, _crown, _exit_codes, _pdb, _placement, _stacks
+from . import _client, _context, _crown, _exit_codes, _pdb, _placement, _stacks
 from . import _runtime  # noqa: F401 - wraps Thread.start before user code runs (issue 44)
 
 # With CROWN_MALLOC=keep, glibc's malloc keeps what it frees: set before
@@ -120,6 +120,11 @@ def shutdown(code: int = 0) -> int:
         engines.finish_all()  # no tensor work left running while the ranks exit
     _crown.shutdown(code)
     return code
+
+
+# A process that no launcher started becomes the controller through these
+# (_client.py, which sits below this module).
+_client.use(init, shutdown)
 
 
 def run(main, *args, controller: str = "shared", **kwargs) -> None:

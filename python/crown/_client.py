@@ -11,6 +11,11 @@ runtime, a child of this process, takes its children with it.
 
 Classes and functions of the client's ``__main__`` travel by value
 (_pickle.main_by_value): its workers do not run its script.
+
+Only the controller starts and stops processes; a started proc asks it
+(_hosts.py forwards). This module sits low in the package: crown's own
+init() and shutdown() reach it through use() (crown/__init__.py), not by
+import.
 """
 
 import atexit
@@ -22,6 +27,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from . import _crown, _pickle
 
 _lock = threading.Lock()
+_init: Optional[Callable[[], object]] = None  # crown.init, given by use()
+_shutdown: Optional[Callable[[int], object]] = None  # crown.shutdown, given by use()
 _groups: Dict[tuple, "Starting"] = {}  # the ranks of each spawn_procs call, until stopped
 WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after its interpreter
 
@@ -35,7 +42,14 @@ def starts_procs() -> bool:
     return _crown.initialised() and _crown.rank() not in _crown.world_shape().ranks()
 
 
-def _forwarded() -> bool:
+def use(init: Callable[[], object], shutdown: Callable[[int], object]) -> None:
+    """crown/__init__.py gives its init() and shutdown(), which this module
+    calls to make a process the controller and to end its procs at exit."""
+    global _init, _shutdown
+    _init, _shutdown = init, shutdown
+
+
+def forwarded() -> bool:
     """Whether this process asks the controller to start and stop procs."""
     return _crown.initialised() and _crown.rank() != 0
 
@@ -53,9 +67,7 @@ def ensure_started() -> None:
     with _lock:
         if _crown.initialised():
             return
-        import crown
-
-        crown.init()
+        _init()
         _pickle.main_by_value(True)
         atexit.register(_end)
 
@@ -91,13 +103,9 @@ def start(program: str, settings: List[dict], host: Optional[str] = None,
     `settings` (_spawn_options.per_proc), in one MPI world, on `host` (None:
     where Open MPI places them). Returns their ranks at once, reserved, and
     the Starting that says when they are up (and `then(ranks)` has run).
-    Raises at once where no process can be started (srun, spares spent)."""
+    Raises at once where no process can be started (srun, spares spent).
+    On the controller only (forwarded())."""
     ensure_started()
-    if _forwarded():
-        from ._hosts import controller_starter
-
-        ranks = controller_starter().start_procs.call_one(program, settings, host).get()
-        return ranks, Starting(lambda: then and then(ranks))
     _pickle.main_by_value(True)  # the procs do not run this program's __main__
     # The controller's sys.path goes along: what it imports (a test's own
     # module, a notebook's sys.path.append) the procs import too.
@@ -117,11 +125,7 @@ def start(program: str, settings: List[dict], host: Optional[str] = None,
 
 def stop(ranks: List[int]) -> None:
     """Ends the procs of one start() (their actors are stopped already),
-    once their start is over."""
-    if _forwarded():
-        from ._hosts import controller_starter
-
-        return controller_starter().stop_procs.call_one(ranks).get()
+    once their start is over. On the controller only (forwarded())."""
     with _lock:
         starting = _groups.pop(tuple(ranks), None)
     if starting is None:
@@ -143,37 +147,8 @@ def stop_all() -> None:
         stop(list(ranks))
 
 
-_controllers: dict = {}  # name -> the Future of its ActorMesh (get_or_spawn_controller)
-
-
-def get_or_spawn_controller(name: str, cls, *args, **kwargs):
-    """Monarch's: a Future of the one actor of `cls` named `name` on this
-    process (the controller's own proc), spawned with args on the first call
-    for that name; later calls give the same one, whatever their args."""
-    from ._meshes import this_proc
-    from ._values import Future
-
-    with _lock:
-        mesh = _controllers.get(name)
-        if mesh is None:
-            mesh = _controllers[name] = this_proc().spawn(name, cls, *args, **kwargs)
-    return Future(lambda timeout: mesh)
-
-
-def shutdown_context():
-    """Monarch's: ends every proc this controller started (spawn_procs) and
-    has not stopped; a second call does nothing. Returns a done Future."""
-    from ._values import Future
-
-    if _crown.initialised():
-        stop_all()
-    return Future(lambda timeout: None)
-
-
 def _end() -> None:
     # The interpreter exits: every proc this controller started goes with it.
     # crown.shutdown ends them all at once (and is a no-op after a shutdown).
-    import crown
-
     if _crown.initialised() and _crown.rank() == 0:
-        crown.shutdown(0)
+        _shutdown(0)

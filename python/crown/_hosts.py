@@ -17,11 +17,11 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from . import _client, _crown, _placement
 from ._endpoints import Actor, endpoint
-from ._meshes import ProcMesh, Shape
+from ._meshes import ActorMesh, ProcMesh, Shape, this_proc
 from ._spawn_options import BootstrapCommand
 from ._values import Future, Point
 
@@ -158,8 +158,9 @@ class HostMesh:
                 # A mesh of its own: the returned one waits for this very start.
                 ProcMesh(shape_of(ranks)).spawn("bootstrap", _Bootstrap, bootstrap).run.call().get()
 
-        started, starting = _client.start(program, settings, host, bootstrapped)
-        procs = ProcMesh(shape_of(started), started=started, name=name, starting=starting)
+        started, starting = start_procs(program, settings, host, bootstrapped)
+        procs = ProcMesh(shape_of(started), started=started, name=name, starting=starting,
+                         stop_started=lambda: stop_procs(started))
         self._spawned.append(procs)
         return procs
 
@@ -273,6 +274,46 @@ def _bootstrapped(procs: ProcMesh, bootstrap) -> ProcMesh:
     runs = procs.spawn("bootstrap", _Bootstrap, bootstrap).run.call()
     procs._initialized = Future(lambda timeout: runs.get(timeout) is not None)
     return procs
+
+
+def start_procs(program: str, settings: List[dict], host: Optional[str],
+                then: Callable[[List[int]], None]) -> Tuple[List[int], "_client.Starting"]:
+    """_client.start on the controller, asked of it from a started proc."""
+    if _client.forwarded():
+        ranks = controller_starter().start_procs.call_one(program, settings, host).get()
+        return ranks, _client.Starting(lambda: then(ranks))
+    return _client.start(program, settings, host, then)
+
+
+def stop_procs(ranks: List[int]) -> None:
+    """_client.stop on the controller, asked of it from a started proc."""
+    if _client.forwarded():
+        controller_starter().stop_procs.call_one(ranks).get()
+    else:
+        _client.stop(ranks)
+
+
+_controllers: Dict[str, ActorMesh] = {}  # get_or_spawn_controller's, by name
+_controllers_lock = threading.Lock()
+
+
+def get_or_spawn_controller(name: str, cls, *args, **kwargs) -> Future:
+    """Monarch's: a Future of the one actor of `cls` named `name` on this
+    process (the controller's own proc), spawned with args on the first call
+    for that name; later calls give the same one, whatever their args."""
+    with _controllers_lock:
+        mesh = _controllers.get(name)
+        if mesh is None:
+            mesh = _controllers[name] = this_proc().spawn(name, cls, *args, **kwargs)
+    return Future(lambda timeout: mesh)
+
+
+def shutdown_context() -> Future:
+    """Monarch's: ends every proc this controller started (spawn_procs) and
+    has not stopped; a second call does nothing. Returns a done Future."""
+    if _crown.initialised():
+        _client.stop_all()
+    return Future(lambda timeout: None)
 
 
 class _Starter(Actor):

@@ -13,7 +13,7 @@ import inspect
 import logging
 import sys
 import threading
-from typing import Generic, List, Optional, Set, TypeVar
+from typing import Callable, Generic, List, Optional, Set, TypeVar
 
 from . import _client, _crown, _pickle, _protocol, _supervision
 from ._calls import EndpointRef, NotAnEndpoint
@@ -33,13 +33,15 @@ class ProcMesh(_Sliceable):
 
     def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None,
                  started: Optional[List[int]] = None, of_started: bool = False,
-                 name: Optional[str] = None, starting=None):
+                 name: Optional[str] = None, starting=None,
+                 stop_started: Optional[Callable[[], None]] = None):
         self._shape = shape
         self._name = name or "anon"
         self._initialized: Optional[Future] = None  # a launch's ranks' bootstrap, when given
         # The start of its processes (_client.Starting), under way or over:
         # what needs them up waits for it (_ready), shared with every slice.
         self._starting = starting
+        self._stop_started = stop_started  # ends the started processes (_hosts.stop_procs)
         # The ranks stop() was called on, shared with every slice of this mesh
         # (and the mesh it was sliced from): a stop reaches exactly its ranks.
         self._stopped = stopped if stopped is not None else set()
@@ -157,8 +159,8 @@ class ProcMesh(_Sliceable):
         actor = current_actor()
         _supervision.stop_owned(actor[1] if actor is not None else None, ranks)
         self._stopped.update(ranks)
-        if self._started is not None:
-            _client.stop(self._started)
+        if self._stop_started is not None:
+            self._stop_started()
         return Future(lambda timeout: None)
 
     def spawn(self, name: str, cls: type, *args, **kwargs) -> "ActorMesh":

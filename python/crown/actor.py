@@ -38,13 +38,12 @@ import traceback
 
 from . import _crown
 from ._calls import Accumulator, EndpointRef, NotAnEndpoint, as_endpoint  # noqa: F401
-from ._client import get_or_spawn_controller, shutdown_context  # noqa: F401
 # crown.actor is the public module (Monarch's monarch.actor): it re-exports
 # what the modules below it define.
 from ._endpoints import (DEFAULT_MAX_CONCURRENCY, Actor, ActorError,  # noqa: F401
                          ActorStoppedError, MixedEndpointsError, concurrent_endpoint, context,
                          current_actor_name, current_rank, current_size, endpoint)
-from ._hosts import HostMesh, this_host  # noqa: F401
+from ._hosts import HostMesh, get_or_spawn_controller, shutdown_context, this_host  # noqa: F401
 from ._meshes import R, ActorMesh, ProcMesh, this_proc  # noqa: F401
 from ._ports import Channel, Port, PortReceiver, open_ports  # noqa: F401
 from ._shape import Slice
