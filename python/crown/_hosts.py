@@ -86,7 +86,10 @@ class HostMesh:
         on a host, or there is no launch."""
         per_host = _checked(per_host, self._labelled)
         wanted = math.prod(per_host.values())
-        available = self._launch.size("procs") if self._launch is not None else 0
+        if self._launch is None:
+            raise ValueError("procs() shares the launch's ranks, and no launcher started this "
+                             "job: spawn_procs() starts processes")
+        available = self._launch.size("procs")
         if wanted > available:
             raise ValueError(f"procs(per_host={per_host}) asks for {wanted} procs per host, but "
                              f"the launch started {available} on each")
@@ -117,9 +120,10 @@ class HostMesh:
         wanted = max(math.prod(per_host.values()), 1)
         host = None
         if not _client.starts_procs():
-            ranks = self._free_launch_ranks(wanted)
+            starting_how = (bootstrap_command, proc_bind) != (None, None)
+            ranks = self._free_launch_ranks(wanted, take=not starting_how)
             if ranks is not None:
-                if (bootstrap_command, proc_bind) != (None, None):
+                if starting_how:
                     raise ValueError("proc_bind and bootstrap_command set how processes start; "
                                      "the launch's ranks started already (ask for more procs "
                                      "than the launch has free to start new ones)")
@@ -172,10 +176,10 @@ class HostMesh:
         return grid.split("procs", list(per_host.items())) if per_host else grid.select(
             {"procs": 0})
 
-    def _free_launch_ranks(self, wanted: int) -> Optional[Shape]:
+    def _free_launch_ranks(self, wanted: int, take: bool = True) -> Optional[Shape]:
         """The launch's procs [k, k + wanted) of every host, none of which an
-        earlier spawn_procs took (the first such k), now taken; None when
-        there is no launch or no such k."""
+        earlier spawn_procs took (the first such k), now taken unless not
+        `take`; None when there is no launch or no such k."""
         if self._launch is None:
             return None
         per_host = self._launch.size("procs")
@@ -183,7 +187,8 @@ class HostMesh:
             for first in range(per_host - wanted + 1):
                 window = self._launch.select({"procs": slice(first, first + wanted)})
                 if not _handed_out.intersection(window.ranks()):
-                    _handed_out.update(window.ranks())
+                    if take:
+                        _handed_out.update(window.ranks())
                     return window
         return None
 
