@@ -146,10 +146,10 @@ class HostMesh:
         dims = ([(HOSTS, self._hosts)] if self._labelled else []) + list(per_host.items())
         layout = Shape(dims) if dims else Shape([("procs", 1)])
         points = [Point(rank, layout) for rank in range(self._hosts * wanted)]
-        binding = proc_bind * self._hosts if proc_bind is not None else None
         if proc_bind is not None and len(proc_bind) != wanted:
             raise ValueError(f"proc_bind length ({len(proc_bind)}) must equal procs_per_host "
                              f"({wanted})")
+        binding = proc_bind * self._hosts if proc_bind is not None else None
         program, settings = _spawn_options.per_proc(
             self._hosts * wanted, points, bootstrap_command,
             self._command or _spawn_options.default_bootstrap_cmd(), binding)
@@ -163,7 +163,7 @@ class HostMesh:
                 ProcMesh(shape_of(ranks)).spawn("bootstrap", _Bootstrap, bootstrap).run.call().get()
 
         started, starting = start_procs(program, settings, host, bootstrapped)
-        procs = ProcMesh(shape_of(started), started=started, name=name, starting=starting,
+        procs = ProcMesh(shape_of(started), name=name, starting=starting,
                          stop_started=lambda: stop_procs(started))
         self._spawned.append(procs)
         return procs

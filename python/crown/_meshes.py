@@ -13,7 +13,7 @@ import inspect
 import logging
 import sys
 import threading
-from typing import Callable, Generic, List, Optional, Set, TypeVar
+from typing import Callable, Generic, Optional, Set, TypeVar
 
 from . import _client, _crown, _pickle, _protocol, _supervision
 from ._calls import EndpointRef, NotAnEndpoint
@@ -32,8 +32,7 @@ class ProcMesh(_Sliceable):
     """Processes (ranks) with named dimensions."""
 
     def __init__(self, shape: Shape, stopped: Optional[Set[int]] = None,
-                 started: Optional[List[int]] = None, of_started: bool = False,
-                 name: Optional[str] = None, starting=None,
+                 of_started: bool = False, name: Optional[str] = None, starting=None,
                  stop_started: Optional[Callable[[], None]] = None):
         self._shape = shape
         self._name = name or "anon"
@@ -41,17 +40,16 @@ class ProcMesh(_Sliceable):
         # The start of its processes (_client.Starting), under way or over:
         # what needs them up waits for it (_ready), shared with every slice.
         self._starting = starting
-        self._stop_started = stop_started  # ends the started processes (_hosts.stop_procs)
+        # Ends the processes spawn_procs started for this mesh (_hosts.stop_procs);
+        # None for a slice, a copy, or ranks of a launch.
+        self._stop_started = stop_started
         # The ranks stop() was called on, shared with every slice of this mesh
         # (and the mesh it was sliced from): a stop reaches exactly its ranks.
         self._stopped = stopped if stopped is not None else set()
-        # The ranks of the processes spawn_procs started for this mesh, which
-        # its stop() ends; None for a slice, a copy, or ranks of a launch.
-        self._started = started
         self._of_started = of_started  # a slice or a copy of such a mesh: it cannot stop them
 
     def _with(self, shape):
-        return ProcMesh(shape, self._stopped, of_started=self._owns_processes(),
+        return ProcMesh(shape, self._stopped, of_started=self._on_started_procs(),
                         starting=self._starting)
 
     def _ready(self, timeout: Optional[float] = None) -> None:
@@ -60,8 +58,9 @@ class ProcMesh(_Sliceable):
         if self._starting is not None:
             self._starting.wait(timeout)
 
-    def _owns_processes(self) -> bool:
-        return self._started is not None or self._of_started
+    def _on_started_procs(self) -> bool:
+        """Its procs were started by spawn_procs (it, or the mesh it came from, ends them)."""
+        return self._stop_started is not None or self._of_started
 
     @property
     def initialized(self) -> Future:
@@ -80,7 +79,7 @@ class ProcMesh(_Sliceable):
     def __reduce__(self):
         self._ready()  # whoever receives it may use the procs at once
         # A copy owns no processes: only the mesh spawn_procs returned stops them.
-        return (ProcMesh, (self._shape, set(self._stopped), None, self._owns_processes()))
+        return (ProcMesh, (self._shape, set(self._stopped), self._on_started_procs()))
 
     def stacks(self, native: bool = False, timeout: float = 5.0):
         """The stacks of every thread of every process of this mesh, asked of
@@ -145,7 +144,7 @@ class ProcMesh(_Sliceable):
         there). Returns a done Future (``await procs.stop()`` works).
         Raises RuntimeError on a slice or a copy of started procs, as Monarch
         does: only their owner ends them."""
-        if self._started is None and self._of_started:
+        if self._stop_started is None and self._of_started:
             raise RuntimeError(f"only the ProcMesh that spawn_procs returned stops its procs; "
                                f"this ({self._shape}) is a slice or a copy of it")
         try:
@@ -154,7 +153,7 @@ class ProcMesh(_Sliceable):
             pass
         ranks = set(self._shape.ranks())
         engines = sys.modules.get("crown.tensor._engine")  # loaded only by a program using tensors
-        if self._started is not None and engines is not None:
+        if self._stop_started is not None and engines is not None:
             engines.finish_ranks(ranks)  # before their engines stop with the actors below
         actor = current_actor()
         _supervision.stop_owned(actor[1] if actor is not None else None, ranks)

@@ -92,13 +92,10 @@ Command = Union[BootstrapCommand, Callable[..., BootstrapCommand], None]
 
 def per_proc(count: int, points: Sequence, command: Command, base: BootstrapCommand,
              proc_bind: Optional[List[Dict[str, str]]]) -> tuple:
-    """(program, [settings of each proc]) for `count` procs at `points` (one
-    each, row-major), checked at once: a proc_bind of the wrong length, a
-    binding that names no CPU of this host, or commands that differ in
-    program raise ValueError before any process starts."""
-    if proc_bind is not None and len(proc_bind) != count:
-        raise ValueError(f"proc_bind length ({len(proc_bind)}) must equal procs_per_host "
-                         f"({count})")
+    """(program, [settings of each proc]) for `count` procs at `points` and
+    `proc_bind` (one each, row-major), checked at once: a binding that names
+    no CPU of this host, commands that differ in program, or a program that
+    cannot run raise ValueError before any process starts."""
     cpus = [_cpus_of(binding) for binding in proc_bind] if proc_bind is not None else None
     if command is None:
         commands = [base] * count

@@ -150,11 +150,7 @@ void Lifecycle::mpiUnusable(const std::string& why) {
     return;
   }
   std::vector<Future<void>> acks;
-  for (Rank other = 1; other < proc_->size(); ++other) {
-    if (proc_->alive(other)) {
-      acks.push_back(proc_->request<void>({other, agent_}, MpiUnusable{why}));
-    }
-  }
+  askLiveRanks(MpiUnusable{why}, [](Rank) { return false; }, acks);
   awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", std::chrono::milliseconds(10000)),
             "that MPI on the controller is unusable");
 }

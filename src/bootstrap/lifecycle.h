@@ -120,6 +120,15 @@ class Lifecycle : public Proc::Module {
 
   /// The shutdown agent's id: the same on every rank.
   std::uint64_t agentId() const { return agent_; }
+  /// On the controller: sends `message` to the shutdown agent of every live
+  /// rank but itself and those `skip(rank)` names, and adds the futures of
+  /// their acknowledgements to `acks` (for awaitAcks).
+  template <class Msg, class Skip>
+  void askLiveRanks(const Msg& message, Skip skip, std::vector<Future<void>>& acks) {
+    for (Rank r = 1; r < proc_->size(); ++r) {
+      if (!skip(r) && proc_->alive(r)) acks.push_back(proc_->request<void>({r, agent_}, message));
+    }
+  }
   /// Marks this process as shutting down with `code` (the first call wins)
   /// and wakes waitForShutdown(). Links lost after this are expected.
   /// `ranksLost`: the controller saw a rank die that this process may not have.

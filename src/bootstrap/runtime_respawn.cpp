@@ -19,12 +19,9 @@ detail::JoinOffer Runtime::offerFor(Rank slot) const {
   const Proc& proc = *proc_;
   detail::JoinOffer offer{std::string(secret_.begin(), secret_.end()), slot, topology_.slots,
                           topology_.size, {}, slotAddresses_, {}, {}};
-  auto joinedOnce = [this](Rank rank) {  // launched, or joined since: not a vacant slot
-    return rank < topology_.size || std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
-  };
   for (Rank r = 0; r < topology_.slots; ++r) {
     offer.hosts.push_back(proc.host(r));
-    if (joinedOnce(r) && !proc.alive(r)) offer.lost.push_back(r);
+    if (proc.joined(r) && !proc.alive(r)) offer.lost.push_back(r);
   }
   for (Rank r : joined_) {
     if (proc.alive(r)) offer.joined.push_back(r);
@@ -44,11 +41,8 @@ void Runtime::admitJoined(const std::vector<Rank>& slots,
   auto& lifecycle = detail::Lifecycle::of(proc);
   std::vector<Future<void>> acks;
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    detail::RankJoined joined{slots[i], answers[i].host, answers[i].address};
-    for (Rank r = 1; r < topology_.slots; ++r) {
-      if (r != slots[i] && proc.alive(r))
-        acks.push_back(proc.request<void>({r, lifecycle.agentId()}, joined));
-    }
+    lifecycle.askLiveRanks(detail::RankJoined{slots[i], answers[i].host, answers[i].address},
+                           [&](Rank r) { return r == slots[i]; }, acks);
   }
   detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "the new rank");
 }
@@ -79,9 +73,6 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
   std::string refusal = detail::spawnRefusal();
   if (!refusal.empty()) throw Error("cannot replace lost ranks: " + refusal);
   Proc& proc = *proc_;
-  auto joinedOnce = [this](Rank rank) {
-    return rank < topology_.size || std::find(joined_.begin(), joined_.end(), rank) != joined_.end();
-  };
   // A rank replaced already (through another mesh that held it) keeps its
   // replacement: the last of the chain, started anew only if that one is lost too.
   auto latest = [this](Rank rank) {
@@ -91,7 +82,7 @@ std::vector<Rank> Runtime::respawn(const std::vector<Rank>& lost) {
   };
   std::size_t needed = 0;
   for (Rank rank : lost) {
-    if (!joinedOnce(rank) || proc.alive(rank)) {
+    if (!proc.joined(rank) || proc.alive(rank)) {
       throw ConfigError("respawn: rank " + std::to_string(rank) + " is not a lost rank");
     }
     if (!proc.alive(latest(rank))) ++needed;
@@ -197,7 +188,7 @@ void Runtime::stopSpawned(const std::vector<Rank>& ranks) {
   if (topology_.rank != 0) throw ConfigError("stopping procs: only the controller does");
   Proc& proc = *proc_;
   for (Rank rank : ranks) {
-    if (rank < topology_.size || rank >= topology_.slots || rank == 0) {
+    if (rank < topology_.size || rank >= topology_.slots) {
       throw ConfigError("rank " + std::to_string(rank) +
                         " was started by the launch, not by spawn_procs: it ends with the job");
     }
@@ -205,11 +196,9 @@ void Runtime::stopSpawned(const std::vector<Rank>& ranks) {
   auto& lifecycle = detail::Lifecycle::of(proc);
   // Everybody expects them to go before any of them goes.
   std::vector<Future<void>> acks;
-  for (Rank r = 1; r < topology_.slots; ++r) {
-    bool leaving = std::find(ranks.begin(), ranks.end(), r) != ranks.end();
-    if (!leaving && proc.alive(r))
-      acks.push_back(proc.request<void>({r, lifecycle.agentId()}, detail::RanksDeparting{ranks}));
-  }
+  lifecycle.askLiveRanks(
+      detail::RanksDeparting{ranks},
+      [&](Rank r) { return std::find(ranks.begin(), ranks.end(), r) != ranks.end(); }, acks);
   for (Rank rank : ranks) proc.expectDeparture(rank);
   detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "procs stopping");
   for (Rank rank : ranks) {
