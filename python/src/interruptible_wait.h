@@ -30,28 +30,24 @@ T waitInterruptibly(const Future<T>& future, std::optional<double> timeout) {
   std::optional<Clock::time_point> deadline;
   if (timeout) deadline = Clock::now() + toMillis(*timeout);
   for (;;) {
-    bool ready = false;
     {
-      py::gil_scoped_release release;
-      ProgramWait abortable;  // the end of the job fails it with UnhandledFault
+      py::gil_scoped_release release;  // once per slice: the usual reply comes within the first
+      ProgramWait abortable;            // the end of the job fails it with UnhandledFault
       auto until = Clock::now() + kSignalSlice;
       if (deadline && *deadline < until) until = *deadline;
-      ready = future.state().waitUntil(until);
+      if (future.state().waitUntil(until)) return future.get();  // its value, or its error
     }
-    if (ready) break;
     if (PyErr_CheckSignals() != 0) {
       future.state().cancel();
       throw py::error_already_set();
     }
     if (deadline && Clock::now() >= *deadline) {
+      // Failed with Timeout, the next slice returns it at once.
       future.state().cancel();
       future.state().setError(std::make_exception_ptr(
           Timeout("no reply within " + std::to_string(toMillis(*timeout).count()) + " ms")));
-      break;
     }
   }
-  py::gil_scoped_release release;  // a value's copy may be large; nothing waits now
-  return future.get();
 }
 
 }  // namespace crown::python
