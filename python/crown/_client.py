@@ -36,7 +36,10 @@ WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after its inte
 def starts_procs() -> bool:
     """True where procs are started on demand rather than handed out from a
     launch: in a controller that no launcher started, and in a proc that was
-    started (its spawn_procs asks the controller, which alone starts them)."""
+    started (its spawn_procs asks the controller, which alone starts them).
+    Not in a client attached to a served job: it hands out the job's ranks."""
+    if _crown.initialised() and _crown.attached():
+        return False
     if _crown.launched_alone():
         return True
     return _crown.initialised() and _crown.rank() not in _crown.world_shape().ranks()

@@ -37,9 +37,10 @@ import struct
 import sys
 import threading
 import traceback
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
-from . import _context, _crown, _exit_codes, _handshake, _logs, _placement, _supervision
+from . import (_attach_server, _context, _crown, _exit_codes, _handshake, _logs, _placement,
+               _supervision)
 from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
 
 _HANDSHAKE_TIMEOUT_S = 5.0
@@ -262,10 +263,13 @@ class ConsoleServer:
         thread is its only reader)."""
         with sock:
             try:
-                command = self._handshake(sock)
+                command, key = self._handshake(sock)
             finally:
                 self._admission.leave(local, address)
             if command is None:
+                return
+            if command == "attach":  # a process that drives the ranks itself (_attach.py)
+                _attach_server.serve(sock, key)
                 return
             client = _Client(sock)
             if command == "stop":
@@ -274,7 +278,8 @@ class ConsoleServer:
                 client.send(exit=0)
                 return
             if command not in ("console", "run"):
-                client.send(err=f"crown: no console command {command!r} (console, run, stop)\n",
+                client.send(err=f"crown: no console command {command!r} (console, run, stop, "
+                                f"attach)\n",
                             exit=2)
                 return
             if command == "console":
@@ -304,9 +309,10 @@ class ConsoleServer:
                 pass  # the client left, or sent what is not a JSON object: its session ends
             # A piece still running runs to its end; what it prints has nowhere to go.
 
-    def _handshake(self, sock: socket.socket) -> Optional[str]:
+    def _handshake(self, sock: socket.socket) -> Tuple[Optional[str], bytes]:
         """The debug server's check, in Python: the same user, who read the token
-        and checks that this server did too (_handshake.py)."""
+        and checks that this server did too (_handshake.py). The command and
+        the session key, or (None, b"")."""
         sock.settimeout(_HANDSHAKE_TIMEOUT_S)
         try:
             if sock.family == socket.AF_UNIX:  # over TCP the token alone tells the user
@@ -316,14 +322,13 @@ class ConsoleServer:
                 if uid != os.geteuid():
                     sock.sendall(b"refused: only the job's own user may connect\n")
                     _crown.log("warn", f"console: refused a connection from uid {uid}")
-                    return None
-            command = _handshake.server(sock, self._token, CONSOLE_HELLO, _HANDSHAKE_TIMEOUT_S)
-            if command is None:
-                return None
+                    return None, b""
+            command, key = _handshake.server_session(sock, self._token, CONSOLE_HELLO,
+                                                     _HANDSHAKE_TIMEOUT_S)
             sock.settimeout(None)  # an attached console may idle for days
-            return command
+            return command, key
         except OSError:
-            return None
+            return None, b""
 
     def _submit(self, client: _Client, run, then) -> _Piece:
         piece = _Piece(client, run, then)

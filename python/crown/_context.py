@@ -24,6 +24,12 @@ FRONT_END_WAIT_S = 30.0
 tracing = False  # CROWN_TRACE: set by crown.init, once this rank knows
 served = False  # this job is crownrun --serve's: crown.run(main) runs main inside it (_console.py)
 
+# An attached client (_attach.py) tells the served job what it made, so
+# that the next client finds it: these are set while it is attached.
+mesh_spawned = None  # (name, ActorMesh): an actor mesh spawned here
+mesh_stopped = None  # (mesh id): ... stopped
+ranks_handed_out = None  # (ranks): launch ranks that spawn_procs gave
+
 
 def current_instance():
     return getattr(_current, "instance", None)

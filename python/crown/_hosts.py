@@ -19,7 +19,7 @@ import math
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from . import _client, _crown, _placement
+from . import _client, _context, _crown, _placement
 from ._endpoints import Actor, endpoint
 from ._meshes import ActorMesh, ProcMesh, Shape, this_proc
 from ._spawn_options import BootstrapCommand
@@ -189,6 +189,8 @@ class HostMesh:
                 if not _handed_out.intersection(window.ranks()):
                     if take:
                         _handed_out.update(window.ranks())
+                        if _context.ranks_handed_out is not None:
+                            _context.ranks_handed_out(window.ranks())
                     return window
         return None
 
@@ -366,6 +368,10 @@ def this_host() -> HostMesh:
     dimension. A process that no launcher started becomes the controller
     here (Monarch's client: _client.py)."""
     _client.ensure_started()
+    if _crown.attached():
+        raise RuntimeError("this process is a client attached to a served job: its host holds "
+                           "none of the job's ranks. Spawn on the job's hosts "
+                           "(crown.attach(...).host_mesh), or this_proc() for this process")
     if _client.starts_procs():
         return HostMesh(None, 1, labelled=False)
     world = _crown.world_shape()

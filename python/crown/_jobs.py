@@ -279,6 +279,12 @@ def connect(job: Job, address: str, command: str, timeout: float,
     """A socket to one of `job`'s servers (debug or console) that proved it
     holds the job's token, and to which `command` was sent (only then); its
     answer is left to read."""
+    return connect_session(job, address, command, timeout, hello)[0]
+
+
+def connect_session(job: Job, address: str, command: str, timeout: float,
+                    hello: str) -> Tuple[socket.socket, bytes]:
+    """connect(), and the handshake's session key (_handshake.session_key)."""
     try:
         token = bytes.fromhex(read_private(job.base + ".token").strip())
     except ValueError:
@@ -290,8 +296,8 @@ def connect(job: Job, address: str, command: str, timeout: float,
             raise JobEnded(f"the job {job.pid} has ended") from None
         raise
     try:
-        _handshake.client(sock, token, hello, command, address)
-        return sock
+        key = _handshake.client(sock, token, hello, command, address)
+        return sock, key
     except (_handshake.HandshakeError, OSError) as error:
         sock.close()
         if _ended(job, within=1.0):  # it closed on us as it ended

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Callable, Generic, Optional, Set, TypeVar
 
-from . import _client, _crown, _pickle, _protocol, _supervision
+from . import _client, _context, _crown, _pickle, _protocol, _supervision
 from ._calls import EndpointRef, NotAnEndpoint
 from ._context import current_actor
 from ._endpoints import Actor, _check_endpoint_kinds, _construct, _unpicklable, endpoint
@@ -200,7 +200,10 @@ class ProcMesh(_Sliceable):
         except BaseException:
             _supervision.unregister(local)  # refused (no owner on a worker's stranger thread)
             raise
-        return ActorMesh(self._shape, local, cls, name, spawning)
+        mesh = ActorMesh(self._shape, local, cls, name, spawning)
+        if _context.mesh_spawned is not None and current_actor() is None:
+            _context.mesh_spawned(name, mesh)  # an attached client's: kept for the next one
+        return mesh
 
     def activate(self):
         """``with procs.activate():`` records torch code on these procs
@@ -306,6 +309,8 @@ class ActorMesh(_Sliceable, Generic[R]):
         finishing.get()  # a member that is gone already has nothing left to finish
         _crown.stop_mesh(self._shape, self._local)
         _supervision.members_stopped(self._local, self._shape.ranks())
+        if _context.mesh_stopped is not None:
+            _context.mesh_stopped(self._local)
         return Future(lambda timeout: None)
 
     def __reduce__(self):

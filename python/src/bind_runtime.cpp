@@ -122,6 +122,56 @@ void bindRuntime(py::module_& m) {
         return runtime.topology().rank;
       },
       "Bootstraps this rank (collective over MPI_COMM_WORLD); returns its rank.");
+  m.def(
+      "attach",
+      [](const py::bytes& offer, const py::bytes& pad) {
+        std::string offerBytes = offer, padBytes = pad;
+        bool onMainThread = py::module_::import("threading").attr("current_thread")().is(
+            py::module_::import("threading").attr("main_thread")());
+        py::gil_scoped_release release;
+        auto [host, address] = Runtime::attach(offerBytes, padBytes);
+        Runtime& runtime = Runtime::current();
+        runtime.proc().setLostMessagesHook(toFaultHook);
+        supervision::setFailureHook(runtime.proc(), toSupervision);
+        if (onMainThread) interruptThisThreadAtFault();
+        return std::make_tuple(runtime.topology().rank, host, py::bytes(address));
+      },
+      "Joins a served job as its client (_attach.py): offer from its controller, pad from the "
+      "handshake; returns (rank, host, address) for the controller to admit.");
+  m.def(
+      "attach_offer",
+      [](const py::bytes& pad) {
+        std::string padBytes = pad;
+        std::pair<Rank, std::string> offer;
+        {
+          py::gil_scoped_release release;
+          offer = Runtime::current().offerAttach(padBytes);
+        }
+        return std::make_pair(offer.first, py::bytes(offer.second));
+      },
+      "On a served job's controller: (slot, offer) for a client that proved the token.");
+  m.def(
+      "admit_attached",
+      [](Rank slot, const std::string& host, const py::bytes& address) {
+        std::string addressBytes = address;
+        py::gil_scoped_release release;
+        Runtime::current().admitAttached(slot, host, addressBytes);
+      },
+      "On a served job's controller: every live rank admits the client in slot.");
+  m.def(
+      "release_attached", [](Rank slot) { Runtime::current().releaseAttached(slot); },
+      py::call_guard<py::gil_scoped_release>(),
+      "On a served job's controller: every live rank expects the client in slot to leave.");
+  m.def(
+      "leave", [] { Runtime::current().leave(); }, py::call_guard<py::gil_scoped_release>(),
+      "On an attached client: closes its links and MPI; the job goes on.");
+  m.def("attached", [] {
+    try {
+      return Runtime::current().attached();
+    } catch (const Error&) {
+      return false;
+    }
+  });
   m.def("initialised", [] {
     try {
       Runtime::current();

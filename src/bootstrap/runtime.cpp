@@ -250,19 +250,19 @@ std::string pingEveryRank(Proc& proc, const Topology& topo) {
   return verdict;
 }
 
-// A replacement's steps 2 to 4 (respawn.h), on the MPI service thread: the
-// controller's offer in place of the collective exchange; it listens in its
-// slot and answers where. Returns the offer with this rank's own host and
-// address filled in; `error` says why it could not listen.
-detail::JoinOffer answerOffer(MPI_Comm parent, Topology& topo,
-                              const std::shared_ptr<transport::IoPool>& pool,
-                              std::unique_ptr<transport::Transport>& fabric, std::string& error) {
-  detail::JoinOffer offer = detail::receiveOffer(parent);
+// A joining process's steps 2 to 4 (respawn.h): an offer in place of the
+// collective exchange (a replacement's or spawned proc's from its MPI
+// parent, an attached client's from the served controller); it listens in
+// its slot. Returns the offer with this rank's own host and address filled
+// in; `error` says why it could not listen.
+detail::JoinOffer takeOffer(detail::JoinOffer offer, Topology& topo,
+                            const std::shared_ptr<transport::IoPool>& pool,
+                            std::unique_ptr<transport::Transport>& fabric, std::string& error) {
   transport::Secret secret{};
   if (offer.rank >= offer.slots || offer.launched > offer.slots ||
       offer.hosts.size() != offer.slots || offer.addresses.size() != offer.slots ||
       offer.secret.size() != secret.size()) {
-    throw ProtocolError("the controller's offer to join as a replacement is malformed");
+    throw ProtocolError("the controller's offer to join the job is malformed");
   }
   std::memcpy(secret.data(), offer.secret.data(), secret.size());
   topo.rank = offer.rank;
@@ -277,7 +277,6 @@ detail::JoinOffer answerOffer(MPI_Comm parent, Topology& topo,
   offer.hosts[topo.rank] = mine.host;
   offer.addresses[topo.rank].assign(mine.address, mine.addressBytes);
   error = mine.error;
-  detail::sendAnswer(parent, {mine.host, offer.addresses[topo.rank], error});
   return offer;
 }
 
@@ -317,7 +316,10 @@ void Runtime::failBootstrap(Runtime& self, const std::string& why) {
   throw BootstrapError(message);
 }
 
-Runtime& Runtime::init(int* argc, char*** argv) {
+Runtime& Runtime::init(int* argc, char*** argv) { return start(argc, argv, nullptr, nullptr); }
+
+Runtime& Runtime::start(int* argc, char*** argv, const detail::JoinOffer* attachOffer,
+                        detail::JoinAnswer* answer) {
   CROWN_CHECK(g_runtime == nullptr, "crown::Runtime::init called twice");
   raiseOpenFileLimit();
   keepMallocMemory();  // before crown's threads start: they share the one arena
@@ -331,8 +333,14 @@ Runtime& Runtime::init(int* argc, char*** argv) {
   std::string joinError;
   self.onMpiThread([&] {
     self.mpi_->ownsMpi = startMpi(argc, argv, self.mpi_->comm, topo);
+    if (attachOffer) {  // a client of a served job: its own singleton MPI stays apart
+      offer = takeOffer(*attachOffer, topo, pool, fabric, joinError);
+      *answer = {offer->hosts[topo.rank], offer->addresses[topo.rank], joinError};
+      return;
+    }
     if (MPI_Comm parent = detail::spawnParent(); parent != MPI_COMM_NULL) {
-      offer = answerOffer(parent, topo, pool, fabric, joinError);
+      offer = takeOffer(detail::receiveOffer(parent), topo, pool, fabric, joinError);
+      detail::sendAnswer(parent, {offer->hosts[topo.rank], offer->addresses[topo.rank], joinError});
       return;
     }
     self.secret_ = shareSecret(self.mpi_->comm, topo.rank);
@@ -346,7 +354,14 @@ Runtime& Runtime::init(int* argc, char*** argv) {
     self.mpi_->trace = detail::setUpTrace(self.mpi_->comm, static_cast<int>(topo.rank),
                                           static_cast<int>(topo.size));
   });
-  if (offer) return self.joinAsReplacement(*offer, std::move(fabric), joinError);
+  if (offer) {
+    self.attached_ = attachOffer != nullptr;
+    if (self.attached_ && !joinError.empty()) {  // the client's own failure: its process lives on
+      throw BootstrapError("cannot attach: this process cannot listen for the job's ranks: " +
+                           joinError);
+    }
+    return self.joinAsReplacement(*offer, std::move(fabric), joinError);
+  }
 
   std::string failures;
   std::vector<std::string> peers = readRecords(records, topo, failures);
@@ -412,8 +427,9 @@ Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
                                     const std::string& error) {
   Topology& topo = topology_;
   if (!error.empty()) {
-    failBootstrap(*this, "\n  rank " + std::to_string(topo.rank) +
-                             ", a replacement for a lost rank, cannot listen: " + error);
+    failBootstrap(*this, "\n  rank " + std::to_string(topo.rank) + " (" +
+                             (attached_ ? "an attached client" : "a process joining the job") +
+                             ") cannot listen: " + error);
   }
   std::string mine = offer.addresses[topo.rank];
   addresses_ = transport::decodeAddresses(mine);
@@ -439,7 +455,8 @@ Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
   }
   log::get().debug("joined as rank {} of {} slots on {}, {}", topo.rank, topo.slots,
                    offer.hosts[topo.rank],
-                   offer.groupSize > 0 ? "spawned" : "replacing a lost rank");
+                   attached_ ? "an attached client"
+                             : offer.groupSize > 0 ? "spawned" : "replacing a lost rank");
   return *this;
 }
 

@@ -9,6 +9,7 @@
 #include "crown/supervision/module.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -96,6 +97,8 @@ class SupervisionModule : public Proc::Module {
     }
   }
 
+  void ownMeshesHere() { controls_ = true; }
+
   void setHook(FailureHook hook) {
     std::lock_guard lock(mutex_);
     hook_ = std::move(hook);
@@ -158,7 +161,7 @@ class SupervisionModule : public Proc::Module {
   // The spawn observer, on the spawning thread, before the spawn leaves.
   void spawning(std::uint64_t mesh, const mesh::Shape& shape, const std::string& name) {
     std::optional<ActorId> owner = actingActor();
-    if (!owner && proc_->rank() != kControllerRank) {
+    if (!owner && proc_->rank() != kControllerRank && !controls_) {
       throw Error("cannot spawn '" + name + "' on rank " + std::to_string(proc_->rank()) +
                   ": this thread acts for no actor to own it (not an actor's handler, "
                   "constructor or loop thread, nor a thread one started with "
@@ -249,6 +252,7 @@ class SupervisionModule : public Proc::Module {
   std::uint64_t agent_ = 0;
   std::mutex mutex_;
   FailureHook hook_;
+  std::atomic<bool> controls_{false};  // ownMeshesHere: an attached client
   std::unordered_map<std::uint64_t, Entry> owners_;             // mesh -> its owner
   std::set<std::pair<std::uint64_t, Rank>> reported_;           // (mesh, rank) told once
   std::unordered_set<std::uint64_t> hosted_;                    // user actors hosted here
@@ -281,6 +285,8 @@ std::string describe(const MemberFailure& failure) {
 void setFailureHook(Proc& proc, FailureHook hook) {
   moduleOf(proc).setHook(std::move(hook));
 }
+
+void ownMeshesHere(Proc& proc) { moduleOf(proc).ownMeshesHere(); }
 
 std::optional<OwnedMesh> ownedMesh(Proc& proc, std::uint64_t mesh) {
   return moduleOf(proc).owned(mesh);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "crown/actor/proc.h"
@@ -49,6 +50,14 @@ class Runtime {
   /// call it. Throws BootstrapError, with the same message on every rank,
   /// naming the rank and cause, when any rank fails.
   static Runtime& init(int* argc, char*** argv);
+  /// In a process that no launcher started: joins a served job (crownrun
+  /// --serve) as a client in the slot of `offer` (its controller's
+  /// offerAttach's, its secret still masked by `pad`), listening for its
+  /// ranks; returns (host, address) where it listens, for admitAttached.
+  /// The client drives the job's ranks as a controller would: it owns the
+  /// meshes it spawns. leave() ends its part.
+  static std::pair<std::string, std::string> attach(const std::string& offer,
+                                                    const std::string& pad);
   /// The runtime of this process; throws crown::Error before init.
   static Runtime& current();
   /// True when init failed and has printed why on this rank already (every
@@ -105,6 +114,24 @@ class Runtime {
   /// A rank already gone is skipped. Stop the actors on them first.
   void stopSpawned(const std::vector<Rank>& ranks);
 
+  /// On a served job's controller (runtime_attach.cpp): reserves a spare slot
+  /// for a client that proved the job's token, and returns it with the
+  /// encoded offer to join in it, whose secret is XORed with `pad` (32
+  /// bytes both sides derive from the token, _handshake.py): the secret
+  /// never crosses the client's connection in the clear (SEC-1).
+  std::pair<Rank, std::string> offerAttach(const std::string& pad);
+  /// ... then has every live rank admit the client that listens at `address`.
+  void admitAttached(Rank slot, const std::string& host, const std::string& address);
+  /// ... and when it detaches (or its connection drops): every live rank
+  /// expects its departure, so its links closing are no failure, and it is
+  /// gone from then on.
+  void releaseAttached(Rank slot);
+  /// On an attached client, once the controller released it: stops this
+  /// process's actors and links, and finalises its MPI; the job goes on.
+  void leave();
+  /// This process is a client attached to a served job (attach()).
+  bool attached() const { return attached_; }
+
   /// Runs `fn` on the MPI service thread and waits for it (THR-1).
   void onMpiThread(std::function<void()> fn);
 
@@ -124,6 +151,10 @@ class Runtime {
  private:
   Runtime();
   [[noreturn]] static void failBootstrap(Runtime& self, const std::string& why);
+  // init and attach: `attachOffer` (decoded, its secret unmasked) joins a
+  // served job as a client, writing where it listens to `answer`.
+  static Runtime& start(int* argc, char*** argv, const detail::JoinOffer* attachOffer,
+                        detail::JoinAnswer* answer);
   void startProc(std::shared_ptr<const std::vector<std::string>> hosts,
                  std::vector<Rank> lostBefore, std::unique_ptr<transport::Transport> fabric,
                  std::vector<std::string> peers);
@@ -147,6 +178,7 @@ class Runtime {
   std::unique_ptr<Proc> proc_;
   std::unique_ptr<debug::DebugServer> debugServer_;  // the controller's (crown stacks)
   std::atomic<bool> finishing_{false};
+  bool attached_ = false;  // a client of a served job (attach())
   // The controller's, for respawn: what a replacement is offered.
   std::mutex respawnMutex_;
   transport::Secret secret_{};

@@ -101,6 +101,11 @@ Rank ownerRank(std::uint64_t mesh);
 /// set before.
 void setFailureHook(Proc& proc, FailureHook hook);
 
+/// This proc's own threads (not only actors) may spawn meshes, which it then
+/// owns as the controller does, their failures going to its hook: a client
+/// attached to a served job (Runtime::attach). Rank 0 always may.
+void ownMeshesHere(Proc& proc);
+
 /// Who owns mesh `mesh`, spawned from `proc`; nullopt once forgotten (every
 /// member stopped) or never recorded.
 std::optional<OwnedMesh> ownedMesh(Proc& proc, std::uint64_t mesh);

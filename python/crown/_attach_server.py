@@ -1,0 +1,122 @@
+"""The served job's side of attach (issue 46; _attach.py is the client's).
+
+A client that proved the job's token on the console's socket (_console.py)
+and sent "attach" is offered a spare rank slot (Runtime::offerAttach): the
+offer's fabric secret is masked with the handshake's session key, which
+only holders of the token can derive (SEC-1). It joins the fabric there,
+answers where it listens, and every live rank admits it. From then on it
+drives the job's ranks as a controller: it spawns and owns actor meshes,
+calls, casts, tensors, RDMA.
+
+One client at a time: a second is refused while the first is attached. The
+connection stays open while it is attached and carries, as JSON lines:
+
+    client: {"keep": NAME, "local": ID, "mesh": B64}  an actor mesh it spawned
+            {"forget": ID}                            ... stopped
+            {"handed_out": [RANKS]}                   launch ranks spawn_procs gave
+            {"detach": true}                          it leaves; the job lives on
+    server: {"detached": true}
+
+What it kept is handed to the next client (re-attach finds its actor
+meshes); the meshes themselves live on the job's ranks, not here. When the
+connection drops without a detach (the client was killed), the client's
+departure is expected all the same: its links closing is no fault of the
+job's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import threading
+from typing import Dict, List, Optional
+
+from . import _crown
+
+_lock = threading.Lock()
+_left = threading.Condition(_lock)  # notified when the attached client has gone
+# A client that was just killed may not have been seen to go yet (its
+# connection's end is on its way): a newcomer waits this long before it is
+# refused, so that a restarted notebook attaches at once.
+LEAVING_GRACE_S = 3.0
+_client: Optional[dict] = None       # the attached client: {"pid", "host", "rank"}
+_kept: Dict[str, dict] = {}          # actor meshes by name: {"local": id, "mesh": b64 pickle}
+_handed_out: List[int] = []          # launch ranks the clients' spawn_procs took
+
+
+def _send(sock: socket.socket, **message) -> None:
+    sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+
+
+def serve(sock: socket.socket, key: bytes) -> None:
+    """One client's whole attachment, on its connection's thread."""
+    global _client
+    lines = sock.makefile("rb")
+    with _lock:
+        _left.wait_for(lambda: _client is None, timeout=LEAVING_GRACE_S)
+        if _client is not None:
+            _send(sock, refused=f"another client (pid {_client['pid']} on {_client['host']}, rank "
+                                f"{_client['rank']}) is attached to this job as its controller: "
+                                f"one at a time. Detach it first (crown.detach(), or end its "
+                                f"process)")
+            return
+        try:
+            slot, offer = _crown.attach_offer(key)
+        except Exception as error:  # noqa: BLE001 - said to the client
+            _send(sock, refused=str(error))
+            return
+        _client = {"pid": 0, "host": "?", "rank": slot}
+        kept = dict(_kept)
+        handed_out = list(_handed_out)
+    admitted = False
+    try:
+        _send(sock, offer=base64.b64encode(offer).decode("ascii"), rank=slot,
+              size=_crown.size(), kept=kept, handed_out=handed_out, server_pid=os.getpid())
+        answer = json.loads(lines.readline() or b"{}")
+        if "answer" not in answer:
+            return  # it could not join (it says why itself) or left
+        host, address = answer["answer"]
+        with _lock:
+            _client.update(pid=int(answer.get("pid", 0)), host=str(host))
+        _crown.admit_attached(slot, str(host), base64.b64decode(address))
+        admitted = True
+        _send(sock, attached=slot)
+        _crown.log("info", f"attach: a client (pid {_client['pid']} on {host}) drives the job "
+                           f"as rank {slot}")
+        for line in lines:
+            message = json.loads(line)
+            if message.get("detach"):
+                _crown.release_attached(slot)
+                admitted = False
+                _send(sock, detached=True)
+                return
+            _record(message)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # the client left, or sent what is not the protocol: its attachment ends
+    except Exception as error:  # noqa: BLE001 - the served job outlives a failed attach
+        _crown.log("warn", f"attach: a client's attachment failed: {error}")
+    finally:
+        if admitted:  # it went without a word (killed, say): it is gone all the same
+            try:
+                _crown.release_attached(slot)
+            except Exception as error:  # noqa: BLE001 - the job ends meanwhile, say
+                _crown.log("warn", f"attach: rank {slot} left: {error}")
+            _crown.log("info", f"attach: the client on rank {slot} left without detaching")
+        with _lock:
+            _client = None
+            _left.notify_all()
+
+
+def _record(message: dict) -> None:
+    with _lock:
+        if "keep" in message:
+            name = str(message["keep"])
+            _kept[name] = {"local": int(message["local"]), "mesh": str(message["mesh"])}
+        elif "forget" in message:
+            local = int(message["forget"])
+            for name in [n for n, entry in _kept.items() if entry["local"] == local]:
+                del _kept[name]
+        elif "handed_out" in message:
+            _handed_out[:] = sorted(set(_handed_out) | {int(r) for r in message["handed_out"]})
