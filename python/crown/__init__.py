@@ -36,10 +36,10 @@ from . import _runtime  # noqa: F401 - wraps Thread.start before user code runs 
 _crown.keep_malloc_memory()
 from .actor import ProcMesh
 from . import _logs
-from ._attach import AttachError, Attachment, attach, detach
+from ._attach import AttachError, Attachment, attach, attachment, detach
 
 __all__ = ["run", "init", "world", "world_flat", "shutdown", "Controller", "attach", "detach",
-           "Attachment", "AttachError", "fetch_shard", "inspect",
+           "attachment", "Attachment", "AttachError", "fetch_shard", "inspect",
            "remote", "no_mesh", "Stream", "RemoteException", "slice_mesh", "to_mesh"]
 
 _TENSOR_NAMES = {"fetch_shard", "inspect", "remote", "no_mesh", "Stream", "RemoteException",

@@ -161,8 +161,9 @@ class ConsoleServer:
         self._running: Optional[_Piece] = None  # on the main thread now
         self._running_lock = threading.Lock()
         self._stopping = threading.Event()
-        import crown
-
+        # The package, imported by now (whoever serves imported it): an
+        # import here would make a cycle (crown.actor's workers serve too).
+        crown = sys.modules["crown"]
         self._namespace = {"__name__": "__console__", "__builtins__": builtins,
                            "crown": crown, "procs": crown.world()}
         self._repl = code.InteractiveConsole(self._namespace, filename="<console>")

@@ -197,11 +197,12 @@ def _address(job: Job, unix_suffix: str, tcp_suffix: str) -> str:
                        f"another node)") from None
 
 
-def jobs() -> List[Job]:
-    """This user's jobs: those whose controller lives on this node, and
-    those elsewhere that listen on TCP (a shared CROWN_DEBUG_DIR)."""
+def jobs(directory: Optional[str] = None) -> List[Job]:
+    """This user's jobs (in `directory`, the debug directory by default):
+    those whose controller lives on this node, and those elsewhere that
+    listen on TCP (a shared CROWN_DEBUG_DIR)."""
     found = []
-    directory = debug_directory()
+    directory = directory or debug_directory()
     if not os.path.lexists(directory):
         return found
     check_private_directory(directory)

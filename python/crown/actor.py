@@ -50,6 +50,7 @@ from ._shape import Slice
 from ._spawn_options import BootstrapCommand, default_bootstrap_cmd  # noqa: F401
 from ._supervision import MeshFailure
 from ._values import Future, Point, ValueMesh  # noqa: F401
+from ._workers import attach_to_workers, run_worker_loop_forever  # noqa: F401
 
 __all__ = [
     "Actor", "endpoint", "concurrent_endpoint", "ActorMesh", "ProcMesh", "ValueMesh", "Future", "Point",

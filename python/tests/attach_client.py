@@ -55,6 +55,15 @@ def first(attachment) -> None:
 
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "workers":  # Monarch's way in
+        from crown.actor import attach_to_workers
+
+        hosts = attach_to_workers(workers=[os.environ["ATTACH_WORKERS"]],
+                                  ca="trust_all_connections")
+        counters = hosts.spawn_procs(per_host={"procs": 2}).spawn("counter", Counter, 1)
+        report(hosts=hosts.sizes, counted=sorted(counters.incr.call(1).get().values()))
+        crown.detach()
+        return
     started = time.monotonic()
     try:
         attachment = crown.attach(timeout=30)

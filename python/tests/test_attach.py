@@ -10,7 +10,9 @@ another user; `crown stop` ends the job, leaving no rank behind."""
 import json
 import os
 import pwd
+import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -118,6 +120,45 @@ def test_another_user_is_refused(served):
         if made:
             subprocess.run(["userdel", OTHER_USER], check=False)
     assert client(env, "again")["counted"] == [20, 20, 20]
+
+
+def test_monarchs_workers_and_attach_to_workers(served):
+    """run_worker_loop_forever on every rank of a plain mpirun, and
+    attach_to_workers from a client; ca="trust_all_connections" is accepted
+    but the client still proves the job's token."""
+    job, env = served
+    port = free_port_pair()
+    address = f"tcp://127.0.0.1:{port}"
+    program = ("from crown.actor import run_worker_loop_forever; "
+               f"run_worker_loop_forever(address={address!r}, ca='trust_all_connections')")
+    workers = BackgroundJob(["mpirun", "--oversubscribe", "-n", "2", sys.executable, "-c", program],
+                            env)
+    try:
+        workers.wait_for("crown: serving 2 ranks")
+        controller = next(line for line in workers.lines if "controller pid" in line)
+        controller = controller.split("controller pid ")[1].split(")")[0]
+        seen = client(dict(env, ATTACH_WORKERS=address), "workers")
+        assert seen == {"hosts": {"hosts": 1}, "counted": [2, 2]}, seen
+        stopped = subprocess.run([sys.executable, "-m", "crown", "stop", "--job",
+                                  controller], env=client_env(env),
+                                 capture_output=True, text=True, timeout=60)
+        assert workers.process.wait(timeout=60) == 0, stopped.stderr
+    finally:
+        workers.stop()
+
+
+def free_port_pair() -> int:
+    """A port P with P and P + 1 free (the debug server's and the console's)."""
+    for _ in range(100):
+        port = random.randint(30000, 40000)
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no two free consecutive ports")
 
 
 def test_a_stopped_mesh_is_forgotten_and_crown_stop_ends_the_job(served):

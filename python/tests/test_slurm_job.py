@@ -1,0 +1,78 @@
+"""SlurmJob against a real Slurm (issue 46, part 3): run by
+tests/system/slurm_job_test.sh, which starts a private cluster and exports
+SLURM_CONF, CROWNRUN and SLURM_JOB_TEST_DIR. Each client is a plain
+`python3 slurm_client.py MODE` (no launcher): apply and drive the job, a
+restarted client reusing it and finding its actors, a changed spec
+replacing it, kill() leaving nothing in squeue or ps, the start timeout,
+Slurm's refusal, and the allocation ending under a client."""
+
+import json
+import os
+import subprocess
+import sys
+
+from polling import eventually, gone_within
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT = os.path.join(HERE, "slurm_client.py")
+
+
+def client(mode: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "SLURM_J"))}
+    env["SLURM_JOB_TEST_DIR"] = os.environ["SLURM_JOB_TEST_DIR"]
+    done = subprocess.run([sys.executable, CLIENT, mode], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=os.environ["SLURM_JOB_TEST_DIR"])
+    print(done.stdout, done.stderr, sep="\n")
+    assert done.returncode == 0, f"the client ({mode}) exited {done.returncode}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"the client ({mode}) printed no result"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def queued() -> list:
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return out.split()
+
+
+def test_apply_reuse_replace_and_kill():
+    applied = client("apply")
+    assert applied["hosts"] == {"hosts": 1}
+    assert applied["counted"] == [15, 15, 15]
+    assert queued() == [applied["job_id"]]
+    reused = client("reuse")  # a new client process: the same job, its actors alive
+    assert reused == {"job_id": applied["job_id"], "counted": [16, 16, 16]}
+    changed = client("changed")
+    assert changed["job_id"] != applied["job_id"] and len(changed["ranks"]) == 2
+    assert eventually(queued, lambda jobs: jobs == [changed["job_id"]], 30) == [changed["job_id"]]
+    assert gone_within(applied["pids"], 30) == []  # the replaced job's ranks
+    killed = client("kill")
+    assert killed["job_id"] == changed["job_id"]
+    assert queued() == []
+
+
+def test_the_allocation_ending_under_a_client_is_said():
+    seen = client("allocation_ends")
+    assert seen["error"] is not None and "rank" in seen["error"], seen
+    assert eventually(queued, lambda jobs: jobs == [], 30) == []
+
+
+def test_the_start_timeout_cancels_the_job():
+    seen = client("timeout")
+    assert "did not start serving within job_start_timeout=3" in seen["error"], seen
+    assert "it is cancelled" in seen["error"]
+    assert queued() == []
+
+
+def test_slurm_refusing_the_job_is_said():
+    seen = client("refused")
+    assert seen["error"].startswith("Slurm refused the job"), seen
+    assert "nosuchpartition" in seen["error"] or "partition" in seen["error"]
+    assert queued() == []
+
+
+def test_a_job_slurm_will_never_start_is_cancelled_and_said():
+    seen = client("never")  # 5 nodes of a 1-node partition
+    assert "Slurm will not start the job" in seen["error"], seen
+    assert "reason Partition" in seen["error"]  # PartitionNodeLimit or PartitionConfig
+    assert queued() == []
