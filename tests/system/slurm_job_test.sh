@@ -23,5 +23,5 @@ export CROWNRUN="$source_dir/launch/crownrun" SLURM_JOB_TEST_DIR="$work/client" 
 mkdir -m 700 "$SLURM_JOB_TEST_DIR" "$HOME"
 export PYTHONPATH="$build_dir/python" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 /usr/bin/python3 -m pytest -p no:cacheprovider -q --rootdir "$source_dir/python/tests" \
-  --confcutdir "$source_dir/python/tests" "$source_dir/python/tests/test_slurm_job.py"
+  --confcutdir "$source_dir/python/tests" "$source_dir/python/tests/test_slurm_job.py" ${SLURM_JOB_TEST_ARGS:-}
 echo "slurm_job_test: PASS"
