@@ -89,7 +89,8 @@ void faultUnhandled(const std::string& report, FaultClock::time_point since) {
     bool first = j.unhandled.empty();
     j.unhandled.push_back(report);
     if (!j.ender) {  // a client attached to a served job: the job is not its to end
-      std::cerr << "crown: unhandled failure (calls to it raise; an attached client does not end the served job): "
+      std::cerr << "crown: unhandled failure (calls to it raise; an attached client does not "
+                   "end the served job): "
                 << report << std::endl;
     } else if (first) {
       std::cerr << "crown: unhandled failure, ending the job: " << report << std::endl;
