@@ -58,7 +58,9 @@ def main() -> None:
                counted=sorted(counters.incr.call(1).get().values()))
     elif mode == "changed":  # another spec: the cached job is killed, a new one started
         state = job(ntasks_per_node=2).state(cached_path=CACHE)
-        report(job_id=job_load(CACHE).slurm_job_id, ranks=state.workers.ranks)
+        counters = state.workers.procs(per_host={"procs": 2}).spawn("counter", Counter, 0)
+        report(job_id=job_load(CACHE).slurm_job_id, ranks=state.workers.ranks,
+               pids=sorted(counters.pid.call().get().values()))
     elif mode == "kill":
         cached = job_load(CACHE)
         job_id = cached.slurm_job_id

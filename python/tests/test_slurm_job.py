@@ -49,6 +49,7 @@ def test_apply_reuse_replace_and_kill():
     killed = client("kill")
     assert killed["job_id"] == changed["job_id"]
     assert queued() == []
+    assert gone_within(changed["pids"], 30) == []  # its ranks too
 
 
 def test_the_allocation_ending_under_a_client_is_said():
