@@ -163,7 +163,9 @@ class SlurmJob(JobTrait):
         lines += ["# crown's served job: rank 0 takes clients on TCP, its token in a private "
                   "directory",
                   f"export CROWN_DEBUG_DIR={_quoted(self._debug_dir)}",
-                  f"export CROWN_DEBUG_TCP=:{spec['port']}",
+                  # (where the client's own environment sets it, as sbatch passes it: its
+                  # address on the first node, where the hosts' names do not resolve)
+                  f'export CROWN_DEBUG_TCP="${{CROWN_DEBUG_TCP:-:{spec["port"]}}}"',
                   f"export CROWN_PYTHON={_quoted(spec['python_exe'])}",
                   f'exec {_quoted(crownrun)} -n "$SLURM_NTASKS" --serve']
         return "\n".join(lines) + "\n"

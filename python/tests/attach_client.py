@@ -31,6 +31,12 @@ class Counter(Actor):  # in __main__: the job's ranks get it by value
     def buffer(self) -> RDMABuffer:
         return RDMABuffer(self.data.view(torch.uint8))
 
+    @endpoint
+    def read_from(self, buffer: RDMABuffer) -> list:
+        out = torch.zeros(16, dtype=torch.uint8)
+        buffer.read_into(out).get()
+        return out.view(torch.float32).tolist()
+
 
 def report(**seen) -> None:
     print("RESULT " + json.dumps(seen), flush=True)
@@ -48,8 +54,10 @@ def first(attachment) -> None:
     buffer = counters.slice(gpus=2).buffer.call_one().get()
     out = torch.zeros(16, dtype=torch.uint8)
     buffer.read_into(out).get()
+    mine = torch.tensor([1.5, 2.5, 3.5, 4.5])  # the client's own buffer, read by a rank
+    read = counters.slice(gpus=0).read_from.call_one(RDMABuffer(mine.view(torch.uint8))).get()
     report(rank=attachment.rank, counted=sorted(counted.values()), pids=pids, reduced=reduced,
-           rdma=out.view(torch.float32).tolist(), ranks=procs._shape.ranks(),
+           rdma=out.view(torch.float32).tolist(), read=read, ranks=procs._shape.ranks(),
            kept=sorted(attachment.actor_meshes()))
 
 

@@ -35,10 +35,10 @@ def report(**seen) -> None:
 
 
 def job(**changes) -> SlurmJob:
-    settings = dict(ntasks_per_node=3, crownrun=os.environ["CROWNRUN"], exclusive=False,
+    settings = dict(ntasks_per_node=2, crownrun=os.environ["CROWNRUN"], exclusive=False,
                     job_start_timeout=120, log_dir=WORK, job_name="crowntest")
     settings.update(changes)
-    return SlurmJob({"workers": 1}, **settings)
+    return SlurmJob({"workers": 2}, **settings)
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     if mode == "apply":
         slurm = job()
         state = slurm.state(cached_path=CACHE)
-        counters = state.workers.spawn_procs(per_host={"procs": 3}).spawn("counter", Counter, 10)
+        counters = state.workers.spawn_procs(per_host={"procs": 2}).spawn("counter", Counter, 10)
         report(job_id=slurm.slurm_job_id, hosts=state.workers.sizes,
                counted=sorted(counters.incr.call(5).get().values()),
                pids=sorted(counters.pid.call().get().values()))
@@ -57,8 +57,8 @@ def main() -> None:
         report(job_id=job_load(CACHE).slurm_job_id,
                counted=sorted(counters.incr.call(1).get().values()))
     elif mode == "changed":  # another spec: the cached job is killed, a new one started
-        state = job(ntasks_per_node=2).state(cached_path=CACHE)
-        counters = state.workers.procs(per_host={"procs": 2}).spawn("counter", Counter, 0)
+        state = job(ntasks_per_node=1).state(cached_path=CACHE)
+        counters = state.workers.procs().spawn("counter", Counter, 0)
         report(job_id=job_load(CACHE).slurm_job_id, ranks=state.workers.ranks,
                pids=sorted(counters.pid.call().get().values()))
     elif mode == "kill":
@@ -69,7 +69,7 @@ def main() -> None:
     elif mode == "allocation_ends":  # Slurm ends the job under an attached client
         slurm = job()
         state = slurm.state(cached_path=None)
-        counters = state.workers.spawn_procs(per_host={"procs": 3}).spawn("counter", Counter, 0)
+        counters = state.workers.spawn_procs(per_host={"procs": 2}).spawn("counter", Counter, 0)
         counters.incr.call(1).get()
         subprocess.run(["scancel", slurm.slurm_job_id], check=True, timeout=60)
         try:
@@ -87,7 +87,7 @@ def main() -> None:
         except TimeoutError as error:
             report(error=str(error))
     elif mode in ("refused", "never"):  # no such partition; more nodes than it has
-        nodes, partition = (1, "nosuchpartition") if mode == "refused" else (5, None)
+        nodes, partition = (1, "nosuchpartition") if mode == "refused" else (3, None)
         try:
             SlurmJob({"workers": nodes}, crownrun=os.environ["CROWNRUN"], exclusive=False,
                      log_dir=WORK, partition=partition).state(cached_path=None)

@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CROWNRUN = os.path.join(HERE, "..", "..", "launch", "crownrun")
 CLIENT = os.path.join(HERE, "attach_client.py")
 OTHER_USER = "crown-test-other"
+CROWN_RUNTIME = False  # conftest: this process only runs clients, it is none
 SEEN = {}  # what the first client saw: the job's ranks' pids
 
 
@@ -76,6 +77,7 @@ def test_a_client_drives_the_job_ranks(served):
     assert seen["counted"] == [15, 15, 15]
     assert seen["reduced"] == [3.0] * 4  # among the job's ranks, over their MPI
     assert seen["rdma"] == [20.0, 21.0, 22.0, 23.0]  # rank 2's buffer, read by the client
+    assert seen["read"] == [1.5, 2.5, 3.5, 4.5]  # the client's buffer, read by rank 0
     assert seen["kept"] == ["counter"]
     SEEN["pids"] = seen["pids"]
 

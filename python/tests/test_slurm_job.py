@@ -1,7 +1,8 @@
 """SlurmJob against a real Slurm (issue 46, part 3): run by
-tests/system/slurm_job_test.sh, which starts a private cluster and exports
-SLURM_CONF, CROWNRUN and SLURM_JOB_TEST_DIR. Each client is a plain
-`python3 slurm_client.py MODE` (no launcher): apply and drive the job, a
+tests/system/slurm_job_test.sh, which starts a private cluster of two
+simulated hosts and exports SLURM_CONF, CROWNRUN and SLURM_JOB_TEST_DIR.
+Each client is a plain `python3 slurm_client.py MODE` (no launcher, on
+neither host: it attaches over TCP): apply and drive the job on both hosts, a
 restarted client reusing it and finding its actors, a changed spec
 replacing it, kill() leaving nothing in squeue or ps, the start timeout,
 Slurm's refusal, and the allocation ending under a client."""
@@ -15,6 +16,7 @@ from polling import eventually, gone_within
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = os.path.join(HERE, "slurm_client.py")
+CROWN_RUNTIME = False  # conftest: this process only runs clients, it is none
 
 
 def client(mode: str) -> dict:
@@ -37,11 +39,11 @@ def queued() -> list:
 
 def test_apply_reuse_replace_and_kill():
     applied = client("apply")
-    assert applied["hosts"] == {"hosts": 1}
-    assert applied["counted"] == [15, 15, 15]
+    assert applied["hosts"] == {"hosts": 2}
+    assert applied["counted"] == [15, 15, 15, 15]  # 2 procs on each of the 2 hosts
     assert queued() == [applied["job_id"]]
     reused = client("reuse")  # a new client process: the same job, its actors alive
-    assert reused == {"job_id": applied["job_id"], "counted": [16, 16, 16]}
+    assert reused == {"job_id": applied["job_id"], "counted": [16, 16, 16, 16]}
     changed = client("changed")
     assert changed["job_id"] != applied["job_id"] and len(changed["ranks"]) == 2
     assert eventually(queued, lambda jobs: jobs == [changed["job_id"]], 30) == [changed["job_id"]]
@@ -73,7 +75,7 @@ def test_slurm_refusing_the_job_is_said():
 
 
 def test_a_job_slurm_will_never_start_is_cancelled_and_said():
-    seen = client("never")  # 5 nodes of a 1-node partition
+    seen = client("never")  # 3 nodes of a 2-node partition
     assert "Slurm will not start the job" in seen["error"], seen
     assert "reason Partition" in seen["error"]  # PartitionNodeLimit or PartitionConfig
     assert queued() == []

@@ -189,6 +189,12 @@ std::unique_ptr<transport::Transport> listen(const Topology& topo, const transpo
 
 std::string processorName() {
   char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int initialised = 0;
+  CROWN_CHECK_MPI(MPI_Initialized(&initialised));  // callable before MPI_Init
+  if (!initialised) {  // an attached client, which starts no MPI: the name Open MPI gives
+    ::gethostname(host, sizeof host - 1);
+    return host;
+  }
   int length = 0;
   CROWN_CHECK_MPI(MPI_Get_processor_name(host, &length));
   return host;
@@ -332,12 +338,15 @@ Runtime& Runtime::start(int* argc, char*** argv, const detail::JoinOffer* attach
   std::optional<detail::JoinOffer> offer;  // this process replaces a lost rank
   std::string joinError;
   self.onMpiThread([&] {
-    self.mpi_->ownsMpi = startMpi(argc, argv, self.mpi_->comm, topo);
-    if (attachOffer) {  // a client of a served job: its own singleton MPI stays apart
+    if (attachOffer) {
+      // A client of a served job is outside the job's MPI world (its
+      // buffers move over the fabric), so it starts no MPI at all: a
+      // singleton's MPI_Init would cost each attach half a second.
       offer = takeOffer(*attachOffer, topo, pool, fabric, joinError);
       *answer = {offer->hosts[topo.rank], offer->addresses[topo.rank], joinError};
       return;
     }
+    self.mpi_->ownsMpi = startMpi(argc, argv, self.mpi_->comm, topo);
     if (MPI_Comm parent = detail::spawnParent(); parent != MPI_COMM_NULL) {
       offer = takeOffer(detail::receiveOffer(parent), topo, pool, fabric, joinError);
       detail::sendAnswer(parent, {offer->hosts[topo.rank], offer->addresses[topo.rank], joinError});
@@ -417,47 +426,6 @@ void Runtime::startProc(std::shared_ptr<const std::vector<std::string>> hosts,
   g_runtime = this;
   auto& lifecycle = detail::Lifecycle::of(*proc_);
   detail::installLastWords(links, [&lifecycle] { return lifecycle.shuttingDown(); });
-}
-
-// A replacement's bootstrap, once it listens and has answered the
-// controller: no MPI_COMM_WORLD of the job's to adopt (nor RDMA window),
-// and no ping round, since the controller admits it only after this.
-Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
-                                    std::unique_ptr<transport::Transport> fabric,
-                                    const std::string& error) {
-  Topology& topo = topology_;
-  if (!error.empty()) {
-    failBootstrap(*this, "\n  rank " + std::to_string(topo.rank) + " (" +
-                             (attached_ ? "an attached client" : "a process joining the job") +
-                             ") cannot listen: " + error);
-  }
-  std::string mine = offer.addresses[topo.rank];
-  addresses_ = transport::decodeAddresses(mine);
-  auto hosts = std::make_shared<std::vector<std::string>>(offer.hosts.begin(),
-                                                          offer.hosts.begin() + topo.size);
-  hosts->resize(topo.slots);
-  (*hosts)[topo.rank] = offer.hosts[topo.rank];
-  if (offer.groupSize > 0) {
-    // A spawned proc: its MPI_COMM_WORLD is its group's, crown's ranks
-    // groupFirst.. in order. No RDMA window: the controller is outside it.
-    mpi_->service->adoptWorld(mpi_->comm, *hosts, offer.groupFirst);
-  } else {
-    mpi_->service->adoptNoWorld(*hosts);
-  }
-  // Launched ranks' addresses as they were (lost ones are marked so); the
-  // replacements admitted after start, as every other rank admitted them.
-  std::vector<std::string> peers(offer.addresses.begin(), offer.addresses.begin() + topo.size);
-  peers.resize(topo.slots);
-  peers[topo.rank] = mine;
-  startProc(std::move(hosts), offer.lost, std::move(fabric), std::move(peers));
-  for (Rank joined : offer.joined) {
-    proc_->admitRank(joined, offer.hosts[joined], offer.addresses[joined]);
-  }
-  log::get().debug("joined as rank {} of {} slots on {}, {}", topo.rank, topo.slots,
-                   offer.hosts[topo.rank],
-                   attached_ ? "an attached client"
-                             : offer.groupSize > 0 ? "spawned" : "replacing a lost rank");
-  return *this;
 }
 
 bool Runtime::ownsMpi() const { return mpi_->ownsMpi; }

@@ -1,6 +1,7 @@
 // Runtime::respawn and Runtime::spawnProcs (respawn.h): the controller starts
-// processes in spare slots and has every live rank admit them; and
-// Runtime::stopSpawned ends spawned ones.
+// processes in spare slots and has every live rank admit them; a joining
+// process's own bootstrap (joinAsReplacement); and Runtime::stopSpawned
+// ends spawned ones.
 #include <algorithm>
 #include <thread>
 
@@ -178,6 +179,48 @@ void Runtime::spawnProcs(const std::vector<Rank>& slots, const std::string& prog
                   std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now() - started)
                       .count());
+}
+
+// A joining process's bootstrap (a replacement, a spawned proc, an attached
+// client), once it listens and has answered the controller: no
+// MPI_COMM_WORLD of the job's to adopt (nor RDMA window), and no ping
+// round, since the controller admits it only after this.
+Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
+                                    std::unique_ptr<transport::Transport> fabric,
+                                    const std::string& error) {
+  Topology& topo = topology_;
+  if (!error.empty()) {
+    failBootstrap(*this, "\n  rank " + std::to_string(topo.rank) + " (" +
+                             (attached_ ? "an attached client" : "a process joining the job") +
+                             ") cannot listen: " + error);
+  }
+  std::string mine = offer.addresses[topo.rank];
+  addresses_ = transport::decodeAddresses(mine);
+  auto hosts = std::make_shared<std::vector<std::string>>(offer.hosts.begin(),
+                                                          offer.hosts.begin() + topo.size);
+  hosts->resize(topo.slots);
+  (*hosts)[topo.rank] = offer.hosts[topo.rank];
+  if (offer.groupSize > 0) {
+    // A spawned proc: its MPI_COMM_WORLD is its group's, crown's ranks
+    // groupFirst.. in order. No RDMA window: the controller is outside it.
+    mpi_->service->adoptWorld(mpi_->comm, *hosts, offer.groupFirst);
+  } else {
+    mpi_->service->adoptNoWorld(*hosts);
+  }
+  // Launched ranks' addresses as they were (lost ones are marked so); the
+  // replacements admitted after start, as every other rank admitted them.
+  std::vector<std::string> peers(offer.addresses.begin(), offer.addresses.begin() + topo.size);
+  peers.resize(topo.slots);
+  peers[topo.rank] = mine;
+  startProc(std::move(hosts), offer.lost, std::move(fabric), std::move(peers));
+  for (Rank joined : offer.joined) {
+    proc_->admitRank(joined, offer.hosts[joined], offer.addresses[joined]);
+  }
+  log::get().debug("joined as rank {} of {} slots on {}, {}", topo.rank, topo.slots,
+                   offer.hosts[topo.rank],
+                   attached_ ? "an attached client"
+                             : offer.groupSize > 0 ? "spawned" : "replacing a lost rank");
+  return *this;
 }
 
 bool Runtime::launchedAlone() { return detail::launchedAlone(); }
