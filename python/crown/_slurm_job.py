@@ -36,6 +36,7 @@ _NEVER = ("PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit", "BadCon
           "InvalidAccount", "InvalidQOS", "QOSMaxNodePerJobLimit", "QOSMaxCpuPerJobLimit",
           "AssocMaxNodesPerJobLimit", "AssocMaxCpuPerJobLimit")
 _POLL_S = 0.5
+_KILL_BOUND_S = 120  # after scancel, until Slurm no longer lists the job as running
 
 
 class SlurmJob(JobTrait):
@@ -74,6 +75,7 @@ class SlurmJob(JobTrait):
         self._log_dir = log_dir if log_dir is not None else os.getcwd()
         self._start_timeout = job_start_timeout
         self._debug_dir = debug_dir
+        self._made_dir: Optional[str] = None
         self._slurm_job_id: Optional[str] = None
         self._unique_name = ""  # the sbatch job's name, which its output file carries
 
@@ -85,8 +87,10 @@ class SlurmJob(JobTrait):
         if crownrun is None:
             raise RuntimeError(f"crownrun not found ({spec['crownrun']!r}): `module load crown`, "
                                f"or pass SlurmJob(crownrun=PATH)")
-        self._debug_dir = self._debug_dir or os.path.join(
-            os.path.expanduser("~"), ".crown", "slurm", f"{spec['job_name']}-{uuid.uuid4().hex[:8]}")
+        if self._debug_dir is None:  # one of its own, which kill() removes
+            self._made_dir = os.path.join(os.path.expanduser("~"), ".crown", "slurm",
+                                          f"{spec['job_name']}-{uuid.uuid4().hex[:8]}")
+            self._debug_dir = self._made_dir
         _private_directory(self._debug_dir)
         os.makedirs(self._log_dir, exist_ok=True)
         done = subprocess.run(["sbatch", "--parsable"], input=self._script(crownrun),
@@ -123,13 +127,25 @@ class SlurmJob(JobTrait):
             attachment.detach()
         if self._slurm_job_id is None:
             return
-        subprocess.run(["scancel", self._slurm_job_id], capture_output=True, text=True,
-                       timeout=60)
-        deadline = time.monotonic() + 60
-        while self._slurm_state()[0] not in ("", *_TERMINAL) and time.monotonic() < deadline:
+        # Never a teardown that says it is done while the job runs on: scancel's
+        # failure is raised, and so is a job still listed after the bound.
+        cancelled = subprocess.run(["scancel", self._slurm_job_id], capture_output=True,
+                                   text=True, timeout=60)
+        deadline = time.monotonic() + _KILL_BOUND_S
+        while True:
+            state, _ = self._slurm_state()
+            if state in ("", *_TERMINAL):
+                break
+            if cancelled.returncode != 0:
+                raise RuntimeError(f"scancel {self._slurm_job_id} failed (it is {state}): "
+                                   f"{cancelled.stderr.strip()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Slurm job {self._slurm_job_id} is still {state} "
+                                   f"{_KILL_BOUND_S} s after scancel")
             time.sleep(_POLL_S)
-        if self._debug_dir and os.path.isdir(self._debug_dir) and not os.listdir(self._debug_dir):
-            os.rmdir(self._debug_dir)
+        if self._made_dir:  # what a controller that Slurm killed left there (its token, sockets)
+            shutil.rmtree(self._made_dir, ignore_errors=True)
+            self._debug_dir = self._made_dir = None
         self._slurm_job_id = None
 
     def can_run(self, spec: JobTrait) -> bool:

@@ -52,6 +52,8 @@ def test_apply_reuse_replace_and_kill():
     assert killed["job_id"] == changed["job_id"]
     assert queued() == []
     assert gone_within(changed["pids"], 30) == []  # its ranks too
+    slurm_dirs = os.path.join(os.environ["HOME"], ".crown", "slurm")
+    assert eventually(lambda: os.listdir(slurm_dirs), lambda left: not left, 10) == []
 
 
 def test_the_allocation_ending_under_a_client_is_said():
