@@ -8,6 +8,10 @@ alternate, round after round, each a fresh ``python3``:
   plain 4    bench/python_start_prog.py started by no launcher: it becomes
              the controller and spawn_procs starts 4 new processes
   mpirun 4   ``mpirun -n 4`` of bench/python_start_prog.py: a fresh launch
+  dask       the anchor for attach: a Dask cluster (a scheduler and 4
+             single-threaded worker processes) lives through the run too, and
+             a fresh python3 connects a Client to it and runs a function on
+             every worker (Client.run), then closes
 The time is from just before the process starts to its line with every
 reply (the wall clock, time.time(), on both sides).
 
@@ -54,6 +58,38 @@ print("attach_start: " + json.dumps({"begin": begin, "attached": attached, "repl
 """
 
 
+DASK_CLIENT = """\
+import time, json, sys
+begin = time.time()
+from dask.distributed import Client
+client = Client(sys.argv[1], timeout=30)
+attached = time.time()
+assert sum(client.run(lambda: 1).values()) == 4
+replied = time.time()
+client.close()
+print("attach_start: " + json.dumps({"begin": begin, "attached": attached, "replied": replied}))
+"""
+
+
+def dask_cluster(directory: str, env: dict):
+    """A scheduler and 4 workers of one thread each; (address, processes)."""
+    address_file = os.path.join(directory, "dask.json")
+    scheduler = subprocess.Popen(["dask-scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--no-dashboard", "--scheduler-file", address_file],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(address_file) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open(address_file) as f:
+        address = json.load(f)["address"]
+    workers = [subprocess.Popen(["dask-worker", address, "--nthreads", "1", "--nworkers", "1",
+                                 "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+               for _ in range(4)]
+    return address, [scheduler, *workers]
+
+
 def unlaunched(env: dict) -> dict:
     return {k: v for k, v in env.items() if not k.startswith(("OMPI_", "PMIX_"))}
 
@@ -78,15 +114,24 @@ def main() -> None:
     client = os.path.join(directory, "client.py")
     with open(client, "w") as f:
         f.write(CLIENT)
+    dask_client = os.path.join(directory, "dask_client.py")
+    with open(dask_client, "w") as f:
+        f.write(DASK_CLIENT)
     served = subprocess.Popen([os.path.join(ROOT, "launch", "crownrun"), "-n", "4", "--serve"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True)
+    dask_address, dask_processes = dask_cluster(directory, unlaunched(env))
     try:
         for line in served.stdout:
             if "crown: serving 4 ranks" in line:
                 break
+        # The Dask cluster is up once a client sees its 4 workers.
+        subprocess.run([PYTHON, "-c", "import sys; from dask.distributed import Client; "
+                        "Client(sys.argv[1]).wait_for_workers(4, timeout=60)", dask_address],
+                       env=unlaunched(env), check=True, timeout=90)
         variants = {
             "attach": ([PYTHON, client], unlaunched(env)),
+            "dask": ([PYTHON, dask_client, dask_address], unlaunched(env)),
             "plain 4": ([PYTHON, PROG], dict(unlaunched(env), PYTHON_START_PROCS="4")),
             "mpirun 4": (["mpirun", "--oversubscribe", "-n", "4", PYTHON, PROG], env),
         }
@@ -97,8 +142,9 @@ def main() -> None:
             print(f"round {round_ + 1}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()),
                   flush=True)
     finally:
-        os.killpg(served.pid, signal.SIGKILL)
-        served.wait()
+        for process in (served, *dask_processes):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     attach = statistics.median(times["attach"])
     print(f"\nfrom python3's start to the first reply of 4 ranks, {ROUNDS} rounds:")
     for name, values in times.items():
