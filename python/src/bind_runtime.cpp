@@ -98,6 +98,11 @@ void interruptThisThreadAtFault() {
   });
 }
 
+bool onPythonMainThread() {
+  auto threading = py::module_::import("threading");
+  return threading.attr("current_thread")().is(threading.attr("main_thread")());
+}
+
 }  // namespace
 
 void bindRuntime(py::module_& m) {
@@ -112,13 +117,12 @@ void bindRuntime(py::module_& m) {
         pointers.push_back(nullptr);
         int argc = static_cast<int>(kept.size());
         char** args = pointers.data();
-        bool onMainThread = py::module_::import("threading").attr("current_thread")().is(
-            py::module_::import("threading").attr("main_thread")());
+        bool mainThread = onPythonMainThread();
         py::gil_scoped_release release;
         Runtime& runtime = Runtime::init(&argc, &args);
         runtime.proc().setLostMessagesHook(toFaultHook);
         supervision::setFailureHook(runtime.proc(), toSupervision);
-        if (runtime.topology().rank == 0 && onMainThread) interruptThisThreadAtFault();
+        if (runtime.topology().rank == 0 && mainThread) interruptThisThreadAtFault();
         return runtime.topology().rank;
       },
       "Bootstraps this rank (collective over MPI_COMM_WORLD); returns its rank.");
@@ -126,14 +130,13 @@ void bindRuntime(py::module_& m) {
       "attach",
       [](const py::bytes& offer, const py::bytes& pad) {
         std::string offerBytes = offer, padBytes = pad;
-        bool onMainThread = py::module_::import("threading").attr("current_thread")().is(
-            py::module_::import("threading").attr("main_thread")());
+        bool mainThread = onPythonMainThread();
         py::gil_scoped_release release;
         auto [host, address] = Runtime::attach(offerBytes, padBytes);
         Runtime& runtime = Runtime::current();
         runtime.proc().setLostMessagesHook(toFaultHook);
         supervision::setFailureHook(runtime.proc(), toSupervision);
-        if (onMainThread) interruptThisThreadAtFault();
+        if (mainThread) interruptThisThreadAtFault();
         return std::make_tuple(runtime.topology().rank, host, py::bytes(address));
       },
       "Joins a served job as its client (_attach.py): offer from its controller, pad from the "
@@ -164,7 +167,7 @@ void bindRuntime(py::module_& m) {
       "On a served job's controller: every live rank expects the client in slot to leave.");
   m.def(
       "leave", [] { Runtime::current().leave(); }, py::call_guard<py::gil_scoped_release>(),
-      "On an attached client: closes its links and MPI; the job goes on.");
+      "On an attached client: closes its links; the job goes on.");
   m.def("attached", [] {
     try {
       return Runtime::current().attached();

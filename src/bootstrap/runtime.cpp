@@ -335,7 +335,7 @@ Runtime& Runtime::start(int* argc, char*** argv, const detail::JoinOffer* attach
   const auto& pool = self.pool_;
   std::unique_ptr<transport::Transport> fabric;
   std::vector<RankRecord> records;
-  std::optional<detail::JoinOffer> offer;  // this process replaces a lost rank
+  std::optional<detail::JoinOffer> offer;  // this process joins a running job
   std::string joinError;
   self.onMpiThread([&] {
     if (attachOffer) {

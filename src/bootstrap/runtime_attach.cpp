@@ -7,9 +7,6 @@
 // can compute (SEC-1). The client starts no MPI: it is outside the job's
 // MPI world, as the controller of spawn_procs is, and its RDMA buffers
 // move over the fabric.
-#include <algorithm>
-#include <thread>
-
 #include "bootstrap/lifecycle.h"
 #include "bootstrap/respawn.h"
 #include "bootstrap/runtime_mpi.h"
@@ -17,7 +14,6 @@
 #include "crown/common/env.h"
 #include "crown/common/log.h"
 #include "crown/supervision/module.h"
-#include "crown/transport/auth.h"
 
 namespace crown {
 namespace {
@@ -35,11 +31,13 @@ std::string masked(std::string secret, const std::string& pad) {
 }  // namespace
 
 std::pair<Rank, std::string> Runtime::offerAttach(const std::string& pad) {
-  if (topology_.rank != 0) throw ConfigError("attach: only the served job's controller admits clients");
+  if (topology_.rank != 0)
+    throw ConfigError("attach: only the served job's controller admits clients");
   std::lock_guard lock(respawnMutex_);
   if (nextSlot_ >= topology_.slots) {
-    throw Error("attach: no spare rank slot is left for a client (CROWN_SPARE_RANKS sets how "
-                "many a job has)");
+    throw Error(
+        "attach: no spare rank slot is left for a client (CROWN_SPARE_RANKS sets how "
+        "many a job has)");
   }
   Rank slot = nextSlot_++;  // spent, whatever comes: a client may have listened in it
   detail::JoinOffer offer = offerFor(slot);
@@ -50,7 +48,8 @@ std::pair<Rank, std::string> Runtime::offerAttach(const std::string& pad) {
 void Runtime::admitAttached(Rank slot, const std::string& host, const std::string& address) {
   std::lock_guard lock(respawnMutex_);
   if (slot < topology_.size || slot >= nextSlot_ || proc_->joined(slot))
-    throw ConfigError("attach: rank " + std::to_string(slot) + " is not a slot offered to a client");
+    throw ConfigError("attach: rank " + std::to_string(slot) +
+                      " is not a slot offered to a client");
   admitJoined({slot}, {detail::JoinAnswer{host, address, ""}});
   log::get().info("a client attached as rank {} (on {})", slot, host);
 }
@@ -59,8 +58,8 @@ void Runtime::releaseAttached(Rank slot) {
   Proc& proc = *proc_;
   if (!proc.joined(slot)) return;  // it never joined: nobody knows it
   std::vector<Future<void>> acks;
-  detail::Lifecycle::of(proc).askLiveRanks(detail::RanksDeparting{{slot}},
-                                           [slot](Rank r) { return r == slot; }, acks);
+  detail::Lifecycle::of(proc).askLiveRanks(
+      detail::RanksDeparting{{slot}}, [slot](Rank r) { return r == slot; }, acks);
   proc.expectDeparture(slot);
   detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "a client detaching");
   // Gone now, for every rank (RankLost), whether or not a link to it was

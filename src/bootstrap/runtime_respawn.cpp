@@ -218,8 +218,9 @@ Runtime& Runtime::joinAsReplacement(const detail::JoinOffer& offer,
   }
   log::get().debug("joined as rank {} of {} slots on {}, {}", topo.rank, topo.slots,
                    offer.hosts[topo.rank],
-                   attached_ ? "an attached client"
-                             : offer.groupSize > 0 ? "spawned" : "replacing a lost rank");
+                   attached_             ? "an attached client"
+                   : offer.groupSize > 0 ? "spawned"
+                                         : "replacing a lost rank");
   return *this;
 }
 

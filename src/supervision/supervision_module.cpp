@@ -252,7 +252,7 @@ class SupervisionModule : public Proc::Module {
   std::uint64_t agent_ = 0;
   std::mutex mutex_;
   FailureHook hook_;
-  std::atomic<bool> controls_{false};  // ownMeshesHere: an attached client
+  std::atomic<bool> controls_{false};                           // ownMeshesHere: an attached client
   std::unordered_map<std::uint64_t, Entry> owners_;             // mesh -> its owner
   std::set<std::pair<std::uint64_t, Rank>> reported_;           // (mesh, rank) told once
   std::unordered_set<std::uint64_t> hosted_;                    // user actors hosted here

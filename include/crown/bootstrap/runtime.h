@@ -127,7 +127,7 @@ class Runtime {
   /// gone from then on.
   void releaseAttached(Rank slot);
   /// On an attached client, once the controller released it: stops this
-  /// process's actors and links, and finalises its MPI; the job goes on.
+  /// process's actors and links (it started no MPI); the job goes on.
   void leave();
   /// This process is a client attached to a served job (attach()).
   bool attached() const { return attached_; }
