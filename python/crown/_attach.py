@@ -24,7 +24,7 @@ import json
 import os
 import socket
 import threading
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 from . import _context, _crown, _hosts, _jobs, _pdb, _pickle, _stacks
 from ._jobs import CONSOLE_HELLO, Job
@@ -133,16 +133,20 @@ class Attachment:
 _attachment: Optional[Attachment] = None
 
 
-def attach(job: Union[None, int, Job] = None, timeout: float = 60.0) -> Attachment:
+def attach(job=None, timeout: float = 60.0) -> Attachment:
     """Attaches this process to a served job of this user (crownrun --serve)
     as its controller: `job` is the controller's pid (`crown jobs` lists
-    them), a Job, or None for the only one. Raises AttachError when the job
-    refuses (another client is attached) or this process cannot join, and
+    them), a crown.job.SlurmJob (the served job it runs, once it serves),
+    or None for the only one. Raises AttachError when the job refuses
+    (another client is attached) or this process cannot join, and
     RuntimeError when this process already runs crown."""
     global _attachment
     if _crown.initialised():
         raise RuntimeError("this process already runs crown (it was launched, attached, or "
                            "started procs): attach from a fresh process")
+    served_job = getattr(job, "served_job", None)
+    if callable(served_job):  # a SlurmJob (crown.job, which sits above this module)
+        job = served_job()
     if not isinstance(job, Job):
         try:
             job = _jobs.choose(job)

@@ -100,6 +100,12 @@ class SlurmJob(JobTrait):
                                f"{done.stderr.strip() or done.stdout.strip()}")
         self._slurm_job_id = done.stdout.strip().split(";")[0]
 
+    def served_job(self) -> "_jobs.Job":
+        """The served crown job that this Slurm job runs, once it serves
+        (applying it first): what ``crown.attach(slurm_job)`` attaches to."""
+        self.apply()
+        return self._wait_for_service()
+
     def _state(self) -> JobState:
         job = self._wait_for_service()
         attachment = _attach.attachment()

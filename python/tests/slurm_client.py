@@ -56,6 +56,9 @@ def main() -> None:
         counters = crown.attachment().actor_mesh("counter")
         report(job_id=job_load(CACHE).slurm_job_id,
                counted=sorted(counters.incr.call(1).get().values()))
+    elif mode == "attach":  # crown.attach(job) straight from the cached SlurmJob
+        counters = crown.attach(job_load(CACHE)).actor_mesh("counter")
+        report(counted=sorted(counters.incr.call(1).get().values()))
     elif mode == "changed":  # another spec: the cached job is killed, a new one started
         state = job(ntasks_per_node=1).state(cached_path=CACHE)
         counters = state.workers.procs().spawn("counter", Counter, 0)

@@ -44,6 +44,7 @@ def test_apply_reuse_replace_and_kill():
     assert queued() == [applied["job_id"]]
     reused = client("reuse")  # a new client process: the same job, its actors alive
     assert reused == {"job_id": applied["job_id"], "counted": [16, 16, 16, 16]}
+    assert client("attach")["counted"] == [17, 17, 17, 17]
     changed = client("changed")
     assert changed["job_id"] != applied["job_id"] and len(changed["ranks"]) == 2
     assert eventually(queued, lambda jobs: jobs == [changed["job_id"]], 30) == [changed["job_id"]]
