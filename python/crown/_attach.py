@@ -101,7 +101,7 @@ class Attachment:
     def detach(self) -> None:
         """Leaves the job as it is: its ranks and actors live on; the next
         crown.attach() (from a new process) finds the actor meshes. This
-        process cannot attach again (MPI cannot start twice in a process)."""
+        process cannot attach again (crown starts once per process)."""
         global _attachment
         with self._lock:
             if self._detached:
