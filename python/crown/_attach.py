@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import socket
+import sys
 import threading
 from typing import Dict, List, Optional
 
@@ -38,13 +39,34 @@ class AttachError(RuntimeError):
 class Attachment:
     """This process's attachment to a served job."""
 
-    def __init__(self, job: Job, sock: socket.socket, rank: int, kept: Dict[str, dict]):
+    def __init__(self, job: Job, sock: socket.socket, lines, rank: int, kept: Dict[str, dict]):
         self.job = job
         self.rank = rank  # this client's rank in the job's fabric
         self._sock = sock
         self._lock = threading.Lock()
         self._kept = kept
         self._detached = False
+        self._ended = threading.Event()  # the job said "detached", or the connection closed
+        threading.Thread(target=self._listen, args=(lines,), daemon=True,
+                         name="crown-attach").start()
+
+    def _listen(self, lines) -> None:
+        """What the job sends while this client is attached: the lines its
+        workers print (as a launch's reach its terminal), then the end of a
+        detach."""
+        try:
+            for line in lines:
+                message = json.loads(line)
+                for key, stream in (("out", sys.stdout), ("err", sys.stderr)):
+                    if key in message:
+                        stream.write(message[key])
+                        stream.flush()
+                if message.get("detached"):
+                    return
+        except (OSError, ValueError):
+            pass  # the job is gone: nothing more comes
+        finally:
+            self._ended.set()
 
     @property
     def size(self) -> int:
@@ -110,8 +132,7 @@ class Attachment:
         _context.mesh_spawned = _context.mesh_stopped = _context.ranks_handed_out = None
         try:
             self._sock.sendall(b'{"detach": true}\n')
-            self._sock.settimeout(30.0)
-            self._sock.makefile("rb").readline()  # {"detached": true}: every rank expects it
+            self._ended.wait(30.0)  # {"detached": true}: every rank expects it, output is in
         except OSError:
             pass  # the job is gone: there is nobody to tell
         finally:
@@ -183,7 +204,7 @@ def attach(job=None, timeout: float = 60.0) -> Attachment:
         raise
     sock.settimeout(None)
     _front_end()
-    _attachment = Attachment(job, sock, rank, dict(offer.get("kept", {})))
+    _attachment = Attachment(job, sock, lines, rank, dict(offer.get("kept", {})))
     _handed_out_before(offer.get("handed_out", []))
     _context.mesh_spawned = _attachment._kept_mesh
     _context.mesh_stopped = _attachment._stopped_mesh

@@ -15,7 +15,14 @@ connection stays open while it is attached and carries, as JSON lines:
             {"forget": ID}                            ... stopped
             {"handed_out": [RANKS]}                   launch ranks spawn_procs gave
             {"detach": true}                          it leaves; the job lives on
-    server: {"detached": true}
+    server: {"out": TEXT} / {"err": TEXT}                 the workers' lines (below)
+            {"detached": true}
+
+While a client is attached, the lines the job's actors print (the
+workers', forwarded to this controller and merged, "[rank 3] ...",
+crown/debug/logs.h, and those of the actors on this controller's own
+rank) go to it rather than to the job's own output, as a launch's go to
+its terminal.
 
 What it kept is handed to the next client (re-attach finds its actor
 meshes); the meshes themselves live on the job's ranks, not here. When the
@@ -33,7 +40,8 @@ import socket
 import threading
 from typing import Dict, List, Optional
 
-from . import _crown
+from . import _crown, _logs
+from ._json_lines import Sender
 
 _lock = threading.Lock()
 _left = threading.Condition(_lock)  # notified when the attached client has gone
@@ -48,6 +56,38 @@ _handed_out: List[int] = []          # launch ranks the clients' spawn_procs too
 
 def _send(sock: socket.socket, **message) -> None:
     sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+
+
+class _WorkerOutput:
+    """The workers' forwarded lines to the client, through a pipe per
+    stream, until close() (then to the job's own output again)."""
+
+    def __init__(self, client: Sender):
+        self._client = client
+        self._pipes = [os.pipe(), os.pipe()]
+        self._readers = [threading.Thread(target=self._relay, args=(read, kind), daemon=True,
+                                          name=f"crown-attach-{kind}")
+                         for (read, _), kind in zip(self._pipes, ("out", "err"))]
+        for reader in self._readers:
+            reader.start()
+        _crown.redirect_worker_output(self._pipes[0][1], self._pipes[1][1])
+        _logs.forward_actors(True)  # rank 0 is a member too: its actors' lines as theirs
+
+    def _relay(self, fd: int, kind: str) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while True:
+                data = pipe.read(65536)
+                if not data:
+                    return
+                self._client.send(**{kind: data.decode("utf-8", "replace")})  # dropped once gone
+
+    def close(self) -> None:
+        _logs.forward_actors(False)
+        _crown.redirect_worker_output(1, 2)  # what was due is in the pipes by now
+        for _, write in self._pipes:
+            os.close(write)
+        for reader in self._readers:
+            reader.join(timeout=10)
 
 
 def serve(sock: socket.socket, key: bytes) -> None:
@@ -71,6 +111,7 @@ def serve(sock: socket.socket, key: bytes) -> None:
         kept = dict(_kept)
         handed_out = list(_handed_out)
     admitted = False
+    output: Optional[_WorkerOutput] = None
     try:
         _send(sock, offer=base64.b64encode(offer).decode("ascii"), rank=slot,
               size=_crown.size(), kept=kept, handed_out=handed_out, server_pid=os.getpid())
@@ -82,15 +123,20 @@ def serve(sock: socket.socket, key: bytes) -> None:
             _client.update(pid=int(answer.get("pid", 0)), host=str(host))
         _crown.admit_attached(slot, str(host), base64.b64decode(address))
         admitted = True
-        _send(sock, attached=slot)
+        client = Sender(sock)
+        client.send(attached=slot)
+        output = _WorkerOutput(client)
         _crown.log("info", f"attach: a client (pid {_client['pid']} on {host}) drives the job "
                            f"as rank {slot}")
         for line in lines:
             message = json.loads(line)
             if message.get("detach"):
+                _crown.flush_logs(5.0)  # what the workers printed so far goes to the client
+                output.close()
+                output = None
                 _crown.release_attached(slot)
                 admitted = False
-                _send(sock, detached=True)
+                client.send(detached=True)
                 return
             _record(message)
     except (OSError, ValueError, KeyError, TypeError):
@@ -98,6 +144,8 @@ def serve(sock: socket.socket, key: bytes) -> None:
     except Exception as error:  # noqa: BLE001 - the served job outlives a failed attach
         _crown.log("warn", f"attach: a client's attachment failed: {error}")
     finally:
+        if output is not None:
+            output.close()
         if admitted:  # it went without a word (killed, say): it is gone all the same
             try:
                 _crown.release_attached(slot)

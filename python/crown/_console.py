@@ -42,6 +42,7 @@ from typing import Callable, Optional, Tuple
 from . import (_attach_server, _context, _crown, _exit_codes, _handshake, _logs, _placement,
                _supervision)
 from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
+from ._json_lines import Sender
 
 _HANDSHAKE_TIMEOUT_S = 5.0
 _MAX_HANDSHAKES = 64              # at once, per pool (local, remote), as the debug server's
@@ -80,31 +81,11 @@ def socket_path(pid: int) -> str:
     return os.path.join(debug_directory(), f"job-{pid}.console")
 
 
-class _Client:
-    """One connection's sending side; a message that cannot be sent (the
-    client left) is dropped: the code it asked for runs on."""
-
-    def __init__(self, sock: socket.socket):
-        self._sock = sock
-        self._lock = threading.Lock()
-        self.gone = False
-
-    def send(self, **message) -> None:
-        data = (json.dumps(message) + "\n").encode("utf-8")
-        with self._lock:
-            if self.gone:
-                return
-            try:
-                self._sock.sendall(data)
-            except OSError:
-                self.gone = True
-
-
 class _Capture:
     """fds 1 and 2 of this process go to `client` while a piece of code runs:
     a pipe each, drained by a thread, restored (and drained) at the end."""
 
-    def __init__(self, client: _Client):
+    def __init__(self, client: Sender):
         self._client = client
         self._saved = []
         self._readers = []
@@ -147,7 +128,7 @@ class _Piece:
     """A piece of code for the main thread, and what to tell its client after
     (its output is all sent by then)."""
 
-    def __init__(self, client: _Client, run: Callable[[], object],
+    def __init__(self, client: Sender, run: Callable[[], object],
                  then: Callable[[object], None]):
         self.client = client
         self.run = run
@@ -272,7 +253,7 @@ class ConsoleServer:
             if command == "attach":  # a process that drives the ranks itself (_attach.py)
                 _attach_server.serve(sock, key)
                 return
-            client = _Client(sock)
+            client = Sender(sock)
             if command == "stop":
                 client.send(err=f"crown: stopping the served job ({_crown.size()} ranks)\n")
                 self.stop()
@@ -331,7 +312,7 @@ class ConsoleServer:
         except OSError:
             return None, b""
 
-    def _submit(self, client: _Client, run, then) -> _Piece:
+    def _submit(self, client: Sender, run, then) -> _Piece:
         piece = _Piece(client, run, then)
         self._pieces.put(piece)
         return piece
@@ -352,7 +333,7 @@ class ConsoleServer:
                   "`crown stop` ends the job", file=sys.stderr)
             return False
 
-    def _script(self, client: _Client, message: dict) -> Optional[_Piece]:
+    def _script(self, client: Sender, message: dict) -> Optional[_Piece]:
         path, source = message.get("path"), message.get("source")
         if not isinstance(path, str) or not isinstance(source, str):
             client.send(err="crown: a run needs the script's path and source\n", exit=2)

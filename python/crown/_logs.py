@@ -28,6 +28,7 @@ import io
 import logging
 import os
 import sys
+import threading
 from typing import Optional
 
 from . import _context, _crown, _endpoints
@@ -142,6 +143,31 @@ class _Forwarded(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+class _ActorsForwarded(_Forwarded):
+    """The controller's stream while a client is attached to its served job
+    (_attach_server.py): what its actors print goes with the workers' lines
+    (to the client); its main thread's (a console's code) where it went."""
+
+    def write(self, text) -> int:
+        if threading.current_thread() is threading.main_thread():
+            return self._original.write(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self._original.flush()
+
+
+def forward_actors(on: bool) -> None:
+    """On a served job's controller: its actors' output joins the workers'
+    forwarded lines (on), or goes to its own streams again (off)."""
+    if on and not isinstance(sys.stdout, _ActorsForwarded):
+        sys.stdout = _ActorsForwarded(1, sys.stdout)
+        sys.stderr = _ActorsForwarded(2, sys.stderr)
+    elif not on and isinstance(sys.stdout, _ActorsForwarded):
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = sys.stdout._original, sys.stderr._original
 
 
 # This rank's state: the streams before forwarding, the file of "off", and

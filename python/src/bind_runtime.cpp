@@ -280,6 +280,12 @@ void bindRuntime(py::module_& m) {
       "On the controller: the same line from many ranks within this many seconds is printed "
       "once, with the ranks (0: every line at once).");
   m.def(
+      "redirect_worker_output",
+      [](int out, int err) { debug::redirectWorkerOutput(Runtime::current().proc(), out, err); },
+      py::call_guard<py::gil_scoped_release>(),
+      "On the controller: the workers' forwarded lines go to these file descriptors (1, 2: "
+      "its own stdout and stderr again).");
+  m.def(
       "flush_logs",
       [](double timeout) {
         debug::flushLogs(Runtime::current().proc(),

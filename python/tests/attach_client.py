@@ -28,6 +28,10 @@ class Counter(Actor):  # in __main__: the job's ranks get it by value
         return os.getpid()
 
     @endpoint
+    def say(self) -> None:
+        print(f"hello from rank {current_rank().rank}", flush=True)
+
+    @endpoint
     def buffer(self) -> RDMABuffer:
         return RDMABuffer(self.data.view(torch.uint8))
 
@@ -47,6 +51,7 @@ def first(attachment) -> None:
     procs = attachment.host_mesh.spawn_procs(per_host={"gpus": 3})
     counters = procs.spawn("counter", Counter, 10)
     counted = counters.incr.call(5).get()
+    counters.say.call().get()  # their lines come to this client's stdout
     pids = sorted(counters.pid.call().get().values())
     with procs.activate():
         total = torch.ones(4).reduce("gpus")

@@ -43,7 +43,7 @@ def result_of(output: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def client(env: dict, mode: str, user: str = None) -> dict:
+def client(env: dict, mode: str, user: str = None, output: list = None) -> dict:
     command = [sys.executable, CLIENT, mode]
     if user is not None:
         command = ["runuser", "-u", user, "--", "env", f"PYTHONPATH={env['PYTHONPATH']}",
@@ -52,6 +52,8 @@ def client(env: dict, mode: str, user: str = None) -> dict:
                           timeout=120, cwd=HERE if user is None else "/")
     print(done.stdout, done.stderr, sep="\n")
     assert done.returncode == 0, f"the client ({mode}) exited {done.returncode}"
+    if output is not None:
+        output.append(done.stdout)
     return result_of(done.stdout)
 
 
@@ -71,7 +73,8 @@ def served():
 
 def test_a_client_drives_the_job_ranks(served):
     job, env = served
-    seen = client(env, "first")
+    printed = []
+    seen = client(env, "first", output=printed)
     assert seen["rank"] >= 3  # a slot of its own, past the launch's ranks
     assert seen["ranks"] == [0, 1, 2]
     assert seen["counted"] == [15, 15, 15]
@@ -79,6 +82,8 @@ def test_a_client_drives_the_job_ranks(served):
     assert seen["rdma"] == [20.0, 21.0, 22.0, 23.0]  # rank 2's buffer, read by the client
     assert seen["read"] == [1.5, 2.5, 3.5, 4.5]  # the client's buffer, read by rank 0
     assert seen["kept"] == ["counter"]
+    for rank in (0, 1, 2):  # what the actors print comes to the client, as to a launch's terminal
+        assert f"[rank {rank}] hello from rank {rank}" in printed[0], printed
     SEEN["pids"] = seen["pids"]
 
 

@@ -267,6 +267,10 @@ void setLogWindow(Proc& proc, std::chrono::milliseconds window) {
   moduleOf(proc).collector().setWindow(window);
 }
 
+void redirectWorkerOutput(Proc& proc, int out, int err) {
+  moduleOf(proc).collector().setOutput(out, err);
+}
+
 void flushLogs(Proc& proc, std::chrono::milliseconds timeout) {
   DebugModule& module = moduleOf(proc);
   std::vector<Rank> ranks;

@@ -101,13 +101,19 @@ void LogCollector::setWindow(std::chrono::milliseconds window) {
   changed_.notify_all();
 }
 
+void LogCollector::setOutput(int out, int err) {
+  std::lock_guard lock(mutex_);
+  printLocked();
+  fds_ = {out, err};
+}
+
 void LogCollector::add(const LogLines& got) {
   const int stream = got.stream == 2 ? 2 : 1;
   std::lock_guard lock(mutex_);
   if (window_.count() == 0) {
     std::string text;
     for (const auto& line : got.lines) text += "[rank " + std::to_string(got.rank) + "] " + line + '\n';
-    writeAll(stream, text);
+    writeAll(fds_[stream == 2 ? 1 : 0], text);
     return;
   }
   if (groups_.empty()) {
@@ -141,8 +147,8 @@ void LogCollector::printLocked() {
   groups_.clear();
   seen_.clear();
   groupsOfText_.clear();
-  if (!out[0].empty()) writeAll(1, out[0]);
-  if (!out[1].empty()) writeAll(2, out[1]);
+  if (!out[0].empty()) writeAll(fds_[0], out[0]);
+  if (!out[1].empty()) writeAll(fds_[1], out[1]);
 }
 
 void LogCollector::timerMain() {

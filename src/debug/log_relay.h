@@ -43,6 +43,9 @@ class LogCollector {
   LogCollector& operator=(const LogCollector&) = delete;
 
   void setWindow(std::chrono::milliseconds window);
+  // Where lines are written: file descriptors for stdout's and stderr's
+  // lines (what is due goes to the old ones first).
+  void setOutput(int out, int err);
   void add(const LogLines& lines);  // the agent's thread
   void print();                     // everything that came, now
 
@@ -59,6 +62,7 @@ class LogCollector {
 
   std::mutex mutex_;
   std::condition_variable changed_;
+  std::array<int, 2> fds_{1, 2};  // stdout's lines, stderr's (setOutput)
   std::chrono::milliseconds window_{0};
   std::vector<Group> groups_;  // in the order their first line came
   // (stream, text, rank) -> how many of the groups of that text the rank is in

@@ -64,6 +64,12 @@ void forwardOutput(Proc& proc, int stream, std::string_view text);
 /// (0: each line at once, prefixed with its rank).
 void setLogWindow(Proc& proc, std::chrono::milliseconds window);
 
+/// On the controller: where the workers' forwarded lines go from now on,
+/// as file descriptors for their stdout's and stderr's lines (1 and 2: its
+/// own terminal again). A served job sends them to the client attached to
+/// it (python/crown/_attach_server.py).
+void redirectWorkerOutput(Proc& proc, int out, int err);
+
 /// On the controller: every other live rank sends what it holds (a slow
 /// one is skipped after `timeout`), then every line that came is printed.
 void flushLogs(Proc& proc, std::chrono::milliseconds timeout);
