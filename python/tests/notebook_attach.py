@@ -75,6 +75,10 @@ class Counter(Actor):
     @endpoint
     def pid(self):
         return os.getpid()
+
+    @endpoint
+    def say(self):
+        print(f"hello from the counter on rank {crown.actor.current_rank().rank}")
 '''
 
 # Attaching, retried while the job still holds a client that was killed
@@ -116,6 +120,13 @@ crown.inspect(total).tolist()
 FIND = '''
 counters = a.actor_mesh("counter")
 sorted(counters.incr.call().get(timeout=60).values())
+'''
+
+# What the actors print shows in the cell (the job's merge window is 0 here,
+# so the lines come at once; a second is plenty for them to arrive).
+SAY = '''
+counters.say.call().get(timeout=60)
+time.sleep(1.0)
 '''
 
 PIDS = '''
@@ -308,6 +319,7 @@ def main() -> None:
     debug_dir = os.path.join(home, "debug")
     os.mkdir(debug_dir, 0o700)
     env = dict(os.environ, CROWN_DEBUG_DIR=debug_dir, CROWN_PYTHON=sys.executable,
+               CROWN_LOG_WINDOW="0",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     job = BackgroundJob([CROWNRUN, "-n", "3", "--serve"], env)
     first = Notebook("notebook", home, env)
@@ -327,6 +339,10 @@ def main() -> None:
         first.attach(controller, kept=[])
         first.expect("spawn", SPAWN, "[1, 1, 1]")
         first.expect("tensors", TENSORS, "[3.0, 3.0, 3.0, 3.0]")
+        said = first.run("say", SAY)["stdout"]
+        for rank in range(3):
+            if f"[rank {rank}] hello from the counter on rank {rank}" not in said:
+                raise Failed(f"the counters' lines did not show in the cell: {said!r}")
         pids = job_pids(first, job)
         print(f"kernel 1 ({first.kernel_pid()}): counters on the job's ranks {pids}", flush=True)
 
