@@ -41,7 +41,7 @@ import threading
 from typing import Dict, List, Optional
 
 from . import _crown, _logs
-from ._json_lines import Sender
+from ._json_lines import Sender, relay
 
 _lock = threading.Lock()
 _left = threading.Condition(_lock)  # notified when the attached client has gone
@@ -63,23 +63,11 @@ class _WorkerOutput:
     stream, until close() (then to the job's own output again)."""
 
     def __init__(self, client: Sender):
-        self._client = client
         self._pipes = [os.pipe(), os.pipe()]
-        self._readers = [threading.Thread(target=self._relay, args=(read, kind), daemon=True,
-                                          name=f"crown-attach-{kind}")
+        self._readers = [relay(read, kind, client)  # what cannot be sent is dropped
                          for (read, _), kind in zip(self._pipes, ("out", "err"))]
-        for reader in self._readers:
-            reader.start()
         _crown.redirect_worker_output(self._pipes[0][1], self._pipes[1][1])
         _logs.forward_actors(True)  # rank 0 is a member too: its actors' lines as theirs
-
-    def _relay(self, fd: int, kind: str) -> None:
-        with os.fdopen(fd, "rb", buffering=0) as pipe:
-            while True:
-                data = pipe.read(65536)
-                if not data:
-                    return
-                self._client.send(**{kind: data.decode("utf-8", "replace")})  # dropped once gone
 
     def close(self) -> None:
         _logs.forward_actors(False)

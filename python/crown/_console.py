@@ -42,7 +42,7 @@ from typing import Callable, Optional, Tuple
 from . import (_attach_server, _context, _crown, _exit_codes, _handshake, _logs, _placement,
                _supervision)
 from ._jobs import CONSOLE_HELLO, debug_directory, tcp_setting, write_private
-from ._json_lines import Sender
+from ._json_lines import Sender, relay
 
 _HANDSHAKE_TIMEOUT_S = 5.0
 _MAX_HANDSHAKES = 64              # at once, per pool (local, remote), as the debug server's
@@ -98,19 +98,8 @@ class _Capture:
             self._saved.append((fd, os.dup(fd)))
             os.dup2(write_end, fd)
             os.close(write_end)
-            reader = threading.Thread(target=self._drain, args=(read_end, kind), daemon=True,
-                                      name=f"crown-console-{kind}")
-            reader.start()
-            self._readers.append(reader)
+            self._readers.append(relay(read_end, kind, self._client))
         return self
-
-    def _drain(self, fd: int, kind: str) -> None:
-        with os.fdopen(fd, "rb", buffering=0) as pipe:
-            while True:
-                data = pipe.read(65536)
-                if not data:
-                    return
-                self._client.send(**{kind: data.decode("utf-8", "replace")})
 
     def __exit__(self, *exc):
         try:

@@ -4,6 +4,7 @@ _attach_server.py), from several threads."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -27,3 +28,20 @@ class Sender:
                 self._sock.sendall(data)
             except OSError:
                 self.gone = True
+
+
+def relay(fd: int, kind: str, client: Sender) -> threading.Thread:
+    """A thread that sends what comes through the pipe `fd` to `client` as
+    {kind: text} until the pipe's write end closes; then it closes `fd`."""
+
+    def run() -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while True:
+                data = pipe.read(65536)
+                if not data:
+                    return
+                client.send(**{kind: data.decode("utf-8", "replace")})
+
+    thread = threading.Thread(target=run, daemon=True, name=f"crown-relay-{kind}")
+    thread.start()
+    return thread

@@ -31,6 +31,9 @@ from ._job_trait import (DEFAULT_JOB_PATH, JobState, JobTrait, job_load,  # noqa
                          job_loads)
 from ._slurm_job import SlurmJob  # noqa: F401
 
+__all__ = ["JobTrait", "JobState", "LocalJob", "ProcessJob", "SlurmJob", "job_load", "job_loads",
+           "DEFAULT_JOB_PATH"]
+
 # The host meshes of the jobs applied in this process, by apply_id: a job
 # loaded from the cache finds the ones its description was applied with
 # (they are this process's objects, not part of the description).
