@@ -15,12 +15,11 @@ Run as a plain script (never under mpirun), with PYTHONPATH at the build's
 python folder: `python3 notebook_attach.py`. Prints "notebook_attach: PASS"
 and exits 0 when every step passed; otherwise exits 1, naming the step or
 cell, the kernel's output and the job's. A missing jupyter_client or
-ipykernel is a failure, not a skip.
+ipykernel is a failure, not a skip. The kernels are driven by notebooks.py,
+shared with notebook_kernel.py.
 """
 
-import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,31 +27,19 @@ import sys
 import tempfile
 import time
 
+import notebooks
+from notebooks import CELL_S, Failed, command_line
 from polling import gone_within
 from terminal import BackgroundJob
+
+notebooks.require("notebook_attach")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CROWNRUN = os.path.join(HERE, "..", "..", "launch", "crownrun")
 SERVE_S = 90  # crownrun -n 3 --serve, until it says it serves
-STARTUP_S = 60  # a kernel's start, until it answers kernel_info
-CELL_S = 120  # one cell (a spawn on a loaded machine takes seconds)
 FREED_S = 15  # a killed client frees the job within ~3 s; a cell retries until this
 GONE_S = 10  # the job's ranks are gone this long after crownrun exits
 STOP_S = 60  # crown stop, then crownrun's exit
-
-try:
-    import ipykernel  # noqa: F401 - only checked: the kernel runs it, in this interpreter
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
-except ImportError as missing:
-    print(f"notebook_attach: FAILED: {missing}; this test needs Debian's python3-jupyter-client "
-          "and python3-ipykernel (launch/install-deps installs them)", flush=True)
-    sys.exit(1)
-
-
-class Failed(Exception):
-    pass
-
 
 # The cells, as a user types them. The actor class lives in the notebook's
 # __main__: it travels to the job's ranks by value.
@@ -143,121 +130,18 @@ else:
     print("admitted")
 '''
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")  # IPython's colours in a traceback
-
-
-def command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except FileNotFoundError:
-        return "(gone)"
-
 
 def client_env(env: dict) -> dict:
     """A client is started by no launcher: none of Open MPI's or PMIx's variables."""
     return {k: v for k, v in env.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_"))}
 
 
-class Notebook:
-    """One kernel and a client on it, as a notebook's front end holds them."""
+class Notebook(notebooks.Notebook):
+    """A kernel of this test, in its own folder under `home`, named after it;
+    it attaches to the served job."""
 
-    def __init__(self, name: str, folder: str, env: dict):
-        self.name = name
-        self.folder = os.path.join(folder, name)
-        # A kernel spec of this interpreter, so that the kernel runs what the
-        # test runs rather than whatever "python3" means.
-        kernels_dir = os.path.join(self.folder, "kernels")
-        spec_dir = os.path.join(kernels_dir, "crown-test")
-        os.makedirs(spec_dir)
-        with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
-            json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
-                                "{connection_file}"],
-                       "display_name": "crown test", "language": "python"}, f)
-        self.env = dict(client_env(env), PYDEVD_DISABLE_FILE_VALIDATION="1")
-        self.km = KernelManager(kernel_name="crown-test",
-                                kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels_dir]))
-        self.kc = None
-        self.log = []  # every cell run, with its output, for a failure's message
-
-    def start(self) -> None:
-        self.km.start_kernel(env=self.env, cwd=self.folder)
-        self.connect()
-
-    def connect(self) -> None:
-        if self.kc is not None:
-            self.kc.stop_channels()
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        try:
-            self.kc.wait_for_ready(timeout=STARTUP_S)
-        except RuntimeError as e:
-            raise Failed(f"{self.name}: the kernel did not answer within {STARTUP_S} s: {e}") \
-                from e
-
-    def kernel_pid(self) -> int:
-        return self.km.provisioner.process.pid
-
-    def run(self, cell: str, code: str) -> dict:
-        """Executes one cell; returns its stdout and its result (text/plain).
-        Raises Failed naming the cell, with all it printed, when it raised,
-        did not finish within CELL_S, or the kernel died."""
-        name = f"{self.name}/{cell}"
-        out = {"stdout": "", "stderr": "", "result": None, "error": None}
-
-        def hook(msg):
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                out[content["name"]] += content["text"]
-            elif kind == "execute_result":
-                out["result"] = content["data"].get("text/plain")
-            elif kind == "error":
-                out["error"] = ANSI.sub("", "\n".join(content["traceback"]))
-
-        started = time.monotonic()
-        try:
-            reply = self.kc.execute_interactive(code, timeout=CELL_S, output_hook=hook,
-                                                allow_stdin=False, stop_on_error=False)
-        except TimeoutError:
-            reply = None
-        seconds = time.monotonic() - started
-        self.log.append(f"--- cell {name} ({seconds:.1f} s) ---\n{code.strip()}\n"
-                        f"--- its output ---\n{out['stdout']}{out['stderr']}"
-                        f"{out['result'] or ''}\n{out['error'] or ''}")
-        print(f"cell {name}: {seconds:.1f} s", flush=True)
-        if reply is None:
-            why = f"did not finish within {CELL_S} s" + (
-                "" if self.km.is_alive() else " (the kernel died)")
-        elif reply["content"]["status"] != "ok":
-            why = "raised"
-        else:
-            return out
-        raise Failed(f"cell {name} {why}:\n{code.strip()}\n--- the kernel's output ---\n"
-                     f"{out['stdout']}{out['stderr']}{out['error'] or ''}")
-
-    def expect(self, cell: str, code: str, result: str) -> dict:
-        out = self.run(cell, code)
-        if out["result"] != result:
-            raise Failed(f"cell {self.name}/{cell} gave {out['result']!r}, not {result!r}; its "
-                         f"output:\n{out['stdout']}{out['stderr']}")
-        return out
-
-    def printed(self, cell: str, code: str, marker: str):
-        """The JSON value the cell printed after `marker`."""
-        text = self.run(cell, code)["stdout"]
-        try:
-            return json.loads(text.split(marker, 1)[1].strip().splitlines()[0])
-        except (IndexError, ValueError) as e:
-            raise Failed(f"cell {self.name}/{cell} printed no {marker!r} line: {text!r}") from e
-
-    def no_launcher(self) -> None:
-        """The kernel is this interpreter, with no Open MPI or PMIx variable."""
-        where = self.run("environment", "import os, sys\n"
-                         "print(sys.executable, os.getpid(), sorted(k for k in os.environ "
-                         "if k.startswith(('OMPI_', 'PMIX_'))))")["stdout"].split()
-        if where != [sys.executable, str(self.kernel_pid()), "[]"]:
-            raise Failed(f"{self.name} is not a plain {sys.executable} started by no launcher "
-                         f"(pid {self.kernel_pid()}): it says {' '.join(where)}")
+    def __init__(self, name: str, home: str, env: dict):
+        super().__init__(os.path.join(home, name), client_env(env), name)
 
     def attach(self, job: int, kept: list) -> dict:
         seen = self.printed("attach", ATTACH, "attached")
@@ -267,13 +151,6 @@ class Notebook:
         print(f"{self.name} (kernel {self.kernel_pid()}): attached as rank {seen['rank']} after "
               f"{seen['refusals']} refusals, {seen['waited']} s", flush=True)
         return seen
-
-    def close(self) -> None:
-        if self.kc is not None:
-            self.kc.stop_channels()
-            self.kc = None
-        if self.km.has_kernel:
-            self.km.shutdown_kernel(now=True)
 
 
 def job_pids(notebook: Notebook, job: BackgroundJob, expected: list = None) -> list:
@@ -392,10 +269,7 @@ def main() -> None:
         first.expect("after the plain python3", FIND, "[5, 5, 5]")
 
         # File > Shut Down, then crown stop: nothing of the job is left.
-        kernel = first.kernel_pid()
-        first.kc.stop_channels()
-        first.kc = None
-        first.km.shutdown_kernel(now=False)
+        kernel = first.shut_down()
         if gone_within([kernel], 10):
             raise Failed(f"the kernel {kernel} still runs after its shutdown")
         stop = subprocess.run([sys.executable, "-m", "crown", "stop", "--job", str(controller)],

@@ -11,40 +11,27 @@ Run as a plain script (never under mpirun), with PYTHONPATH at the build's
 python folder: `python3 notebook_kernel.py`. Exits 0 when every step
 passed; otherwise 1, naming the step or cell and the kernel's output. A
 missing jupyter_client or ipykernel is a failure (exit 1), not a skip.
+The kernel is driven by notebooks.py, shared with notebook_attach.py.
 """
 
-import json
 import os
-import re
 import shutil
 import signal
 import sys
 import tempfile
 import time
 
+import notebooks
+from notebooks import Failed, command_line
 from polling import gone_within, running
 
-STARTUP_S = 60  # a kernel's start, until it answers kernel_info
-CELL_S = 120  # one cell (a spawn_procs on a loaded machine takes seconds)
+notebooks.require("notebook_kernel")
+
 GONE_S = 5  # the procs of a kernel that ended (restart, shutdown) are gone by then
 # The notebook's folder, the kernel's working directory: first on its
 # sys.path, which its procs get on their command lines, so that CMake's
 # left_behind.sh finds this test's procs by it and not another test's.
 FOLDER_PREFIX = "crown-notebook-"
-
-
-class Failed(Exception):
-    pass
-
-
-try:
-    import ipykernel  # noqa: F401 - only checked: the kernel runs it, in this interpreter
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
-except ImportError as missing:
-    print(f"notebook_kernel: FAILED: {missing}; this test needs Debian's python3-jupyter-client "
-          "and python3-ipykernel (launch/install-deps installs them)", flush=True)
-    sys.exit(1)
 
 
 # The cells, as a user types them. The actor class lives in the notebook's
@@ -103,124 +90,18 @@ sorted(greeters.greet.call("again").get(timeout=60).values())
 '''
 AFTER_INTERRUPT_REPLY = "['hello, again, from gpu 0', 'hello, again, from gpu 1']"
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")  # IPython's colours in a traceback
 
-
-def command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except FileNotFoundError:
-        return "(gone)"
-
-
-class Notebook:
-    """One kernel and a client on it, as a notebook's front end holds them."""
-
-    def __init__(self, folder: str):
-        self.folder = folder
-        # A kernel spec of this interpreter (the build's python3), so that the
-        # kernel runs what the test runs rather than whatever "python3" means.
-        kernels_dir = os.path.join(folder, "kernels")
-        spec_dir = os.path.join(kernels_dir, "crown-test")
-        os.makedirs(spec_dir)
-        with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
-            json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
-                                "{connection_file}"],
-                       "display_name": "crown test", "language": "python"}, f)
-        self.km = KernelManager(kernel_name="crown-test",
-                                kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels_dir]))
-        self.kc = None
-        self.log = []  # every cell run, with its output, for a failure's message
-
-    def start(self) -> None:
-        # Started by no launcher: none of Open MPI's or PMIx's variables (this
-        # test is not under mpirun, but a stray one would make the kernel a rank).
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
-        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # ipykernel's debugger: no warning per start
-        self.km.start_kernel(env=env, cwd=self.folder)
-        self.connect()
-
-    def connect(self) -> None:
-        if self.kc is not None:
-            self.kc.stop_channels()
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        try:
-            self.kc.wait_for_ready(timeout=STARTUP_S)
-        except RuntimeError as e:
-            raise Failed(f"the kernel did not answer within {STARTUP_S} s: {e}") from e
-
-    def kernel_pid(self) -> int:
-        return self.km.provisioner.process.pid
-
-    def run(self, name: str, code: str, timeout: float = None, on_output=None) -> dict:
-        """Executes one cell; returns its stdout and its result (text/plain).
-        on_output() is called once, when the cell first prints. Raises Failed
-        naming the cell, with all it printed, when it raised, did not finish
-        within `timeout`, or the kernel died."""
-        timeout = CELL_S if timeout is None else timeout
-        out = {"stdout": "", "stderr": "", "result": None, "error": None}
-
-        def hook(msg):
-            nonlocal on_output
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                out[content["name"]] += content["text"]
-                if on_output is not None:
-                    on_output, call = None, on_output
-                    call()
-            elif kind == "execute_result":
-                out["result"] = content["data"].get("text/plain")
-            elif kind == "error":
-                out["error"] = ANSI.sub("", "\n".join(content["traceback"]))
-
-        started = time.monotonic()
-        try:
-            reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook,
-                                                allow_stdin=False, stop_on_error=False)
-        except TimeoutError:
-            reply = None
-        seconds = time.monotonic() - started
-        self.log.append(f"--- cell {name} ({seconds:.1f} s) ---\n{code.strip()}\n"
-                        f"--- its output ---\n{out['stdout']}{out['stderr']}"
-                        f"{out['result'] or ''}\n{out['error'] or ''}")
-        print(f"cell {name}: {seconds:.1f} s", flush=True)
-        if reply is None:
-            why = f"did not finish within {timeout} s" + (
-                "" if self.km.is_alive() else " (the kernel died)")
-        elif reply["content"]["status"] != "ok":
-            why = "raised"
-        else:
-            return out
-        raise Failed(f"cell {name} {why}:\n{code.strip()}\n--- the kernel's output ---\n"
-                     f"{out['stdout']}{out['stderr']}{out['error'] or ''}")
-
-    def expect(self, name: str, code: str, result: str) -> dict:
-        out = self.run(name, code)
-        if out["result"] != result:
-            raise Failed(f"cell {name} gave {out['result']!r}, not {result!r}; its output:\n"
-                         f"{out['stdout']}{out['stderr']}")
-        return out
+class Notebook(notebooks.Notebook):
+    """The notebook of this test: its cells, as a user runs them."""
 
     def session(self, label: str) -> list:
         """The user's cells: define, spawn and call, tensors, pids. Returns
         the workers' pids, each checked to be a new crown._spawned process."""
-        where = self.run(f"{label}/environment", "import os, sys\n"
-                         "print(sys.executable, os.getpid(), sorted(k for k in os.environ "
-                         "if k.startswith(('OMPI_', 'PMIX_'))))")["stdout"].split()
-        if where[:1] != [sys.executable] or where[1:2] != [str(self.kernel_pid())] or \
-                where[2:] != ["[]"]:
-            raise Failed(f"the kernel is not a plain {sys.executable} started by no launcher "
-                         f"(pid {self.kernel_pid()}): it says {' '.join(where)}")
+        self.no_launcher(f"{label}/environment")
         self.run(f"{label}/define", DEFINE)
         self.expect(f"{label}/spawn", SPAWN, SPAWN_REPLY)
         self.expect(f"{label}/tensors", TENSORS, TENSORS_REPLY)
-        printed = self.run(f"{label}/pids", PIDS)["stdout"]
-        try:
-            pids = json.loads(printed.split("worker pids", 1)[1].strip())
-        except (IndexError, ValueError) as e:
-            raise Failed(f"cell {label}/pids printed no list of pids: {printed!r}") from e
+        pids = self.printed(f"{label}/pids", PIDS, "worker pids")
         kernel = self.kernel_pid()
         for pid in pids:
             if pid == kernel or "crown._spawned" not in command_line(pid):
@@ -234,13 +115,6 @@ class Notebook:
             raise Failed(f"expected 2 distinct worker pids, got {pids}")
         print(f"{label}: kernel {kernel}, workers {pids}", flush=True)
         return pids
-
-    def close(self) -> None:
-        if self.kc is not None:
-            self.kc.stop_channels()
-            self.kc = None
-        if self.km.has_kernel:
-            self.km.shutdown_kernel(now=True)
 
 
 def gone(pids: list, what: str) -> None:
@@ -266,7 +140,11 @@ def interrupted(notebook: Notebook, label: str) -> None:
 def main() -> None:
     started = time.monotonic()
     home = tempfile.mkdtemp(prefix=FOLDER_PREFIX)
-    notebook = Notebook(home)
+    # Started by no launcher: none of Open MPI's or PMIx's variables (this
+    # test is not under mpirun, but a stray one would make the kernel a rank).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(notebooks.LAUNCHER_VARIABLES)}
+    notebook = Notebook(home, env)
     try:
         notebook.start()
         first = notebook.session("kernel 1")
@@ -298,10 +176,7 @@ def main() -> None:
         fourth = notebook.session("kernel 3")
 
         # File > Shut Down: nothing may be left.
-        kernel = notebook.kernel_pid()
-        notebook.kc.stop_channels()
-        notebook.kc = None
-        notebook.km.shutdown_kernel(now=False)
+        kernel = notebook.shut_down()
         gone(fourth, "the kernel's shutdown")
         if running(kernel):
             raise Failed(f"the kernel {kernel} still runs after its shutdown")
