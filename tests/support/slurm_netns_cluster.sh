@@ -12,7 +12,9 @@
 # clients' directory in TmpFS under a name the same on every node); every
 # slurmd takes the same port on its own address. Every file it makes is in
 # WORKDIR; it touches no other file and, when stopping, only its daemons, its
-# jobs, its namespaces and its links. Runs as root (SlurmUser=root).
+# jobs, its namespaces and its links. Runs as root (SlurmUser=root). munged,
+# the settings and the stop it shares with slurm_cluster.sh are
+# slurm_daemons.sh's.
 #   slurm_netns_cluster_start WORKDIR [NODES [CPUS]]  starts it (NODES: 2,
 #       CPUS: 4 per node), waits until every node is idle and exports
 #       SLURM_CONF, and OMPI_MCA_{oob,btl}_tcp_if_include (the bridge's
@@ -39,18 +41,8 @@ _slurm_netns_cluster_made=() # "netns NAME" or "link NAME", in the order made
 _slurm_netns_cluster_saved=() # "NAME=VALUE" or "NAME" (unset) of what it exported
 _slurm_netns_cluster_shell=""
 _slurm_netns_cluster_exports=(SLURM_CONF OMPI_MCA_oob_tcp_if_include OMPI_MCA_btl_tcp_if_include)
-
-_slurm_netns_cluster_fail() {
-  local log
-  echo "FAIL: $*"
-  for log in "$_slurm_netns_cluster_dir"/{munged,munged.out,slurmctld,slurmctld.out}.log \
-    "$_slurm_netns_cluster_dir"/slurmd-*.log; do
-    [[ -e "$log" ]] || continue
-    echo "--- $log"
-    tail -15 "$log"
-  done
-  return 1
-}
+# shellcheck source=SCRIPTDIR/slurm_daemons.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_daemons.sh"
 
 # The bridge, and one namespace per node on it; fills the node arrays.
 _slurm_netns_cluster_network() {
@@ -110,62 +102,31 @@ slurm_netns_cluster_start() {
 
   echo "== bridge $_slurm_netns_cluster_tag-br and $nodes namespaces"
   _slurm_netns_cluster_network "$nodes" ||
-    { _slurm_netns_cluster_fail "could not make the bridge and the namespaces"; return 1; }
+    { _slurm_daemons_fail "$dir" "could not make the bridge and the namespaces"; return 1; }
   export OMPI_MCA_oob_tcp_if_include=$slurm_netns_cluster_subnet
   export OMPI_MCA_btl_tcp_if_include=$slurm_netns_cluster_subnet
 
-  echo "== munged"
-  (umask 077 && dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none) &&
-    chmod 400 "$dir/munge.key" || { _slurm_netns_cluster_fail "no munge key in $dir"; return 1; }
-  munged --force --foreground --socket="$dir/munge.sock" --key-file="$dir/munge.key" \
-    --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge.seed" \
-    >"$dir/munged.out.log" 2>&1 &
-  slurm_netns_cluster_pids+=($!)
-  for _ in $(seq 50); do [[ -S "$dir/munge.sock" ]] && break; sleep 0.1; done
-  [[ -S "$dir/munge.sock" ]] || { _slurm_netns_cluster_fail "munged did not start"; return 1; }
+  _slurm_daemons_munged "$dir" slurm_netns_cluster_pids || return 1
 
   echo "== slurmctld on ${slurm_netns_cluster_subnet%.0/24}.1, a slurmd in each namespace"
   # slurmctld listens on every address here, each slurmd on its namespace's:
   # the pair of ports must be free here alone.
-  port=$((20000 + RANDOM % 20000))
-  while ss -ltn | grep -Eq ":($port|$((port + 1))) "; do port=$((20000 + RANDOM % 20000)); done
+  port=$(_slurm_daemons_port)
   mkdir -p "$dir/state"
-  cat >"$dir/slurm.conf" <<CONF
-ClusterName=crownnetns
-SlurmctldHost=$(hostname)(${slurm_netns_cluster_subnet%.0/24}.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$dir/munge.sock
-CredType=cred/munge
-StateSaveLocation=$dir/state
+  {
+    _slurm_daemons_conf "$dir" crownnetns "$(hostname)(${slurm_netns_cluster_subnet%.0/24}.1)" "$port"
+    cat <<CONF
 SlurmdSpoolDir=$dir/spool-%n
 TmpFS=$dir/tmp-%n
-SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-MinJobAge=600
-SlurmdParameters=config_overrides
 CONF
-  for i in "${!slurm_netns_cluster_nodes[@]}"; do
-    node=${slurm_netns_cluster_nodes[$i]}
-    echo "NodeName=$node NodeHostname=$node NodeAddr=${slurm_netns_cluster_addrs[$i]} CPUs=$cpus State=UNKNOWN" \
-      >>"$dir/slurm.conf"
-  done
-  echo "PartitionName=debug Nodes=$(IFS=,; echo "${slurm_netns_cluster_nodes[*]}") Default=YES MaxTime=INFINITE State=UP" \
-    >>"$dir/slurm.conf"
+    for i in "${!slurm_netns_cluster_nodes[@]}"; do
+      node=${slurm_netns_cluster_nodes[$i]}
+      echo "NodeName=$node NodeHostname=$node NodeAddr=${slurm_netns_cluster_addrs[$i]} CPUs=$cpus State=UNKNOWN"
+    done
+    echo "PartitionName=debug Nodes=$(IFS=,; echo "${slurm_netns_cluster_nodes[*]}") Default=YES MaxTime=INFINITE State=UP"
+  } >"$dir/slurm.conf"
   slurm_netns_cluster_conf=$dir/slurm.conf
   export SLURM_CONF=$slurm_netns_cluster_conf
   slurmctld -D -i -f "$SLURM_CONF" >"$dir/slurmctld.out.log" 2>&1 &
@@ -188,36 +149,17 @@ CONF
   done
   ((idle == nodes)) || {
     sinfo -N -o "%N %t" 2>&1
-    _slurm_netns_cluster_fail "$idle of the $nodes nodes came up"
+    _slurm_daemons_fail "$dir" "$idle of the $nodes nodes came up"
     return 1
   }
   sinfo -N -o "%N %c %t"
 }
 
 slurm_netns_cluster_stop() {
-  local - conf=$slurm_netns_cluster_conf entry pid i jobs
+  local - conf=$slurm_netns_cluster_conf entry pid i
   set +e
   [[ -n "$_slurm_netns_cluster_dir" ]] || return 0
-  # This cluster's controller, never another, and only while it answers: a
-  # signal to the caller's process group (timeout's) ends the daemons too,
-  # and a client retries an absent controller for 9 s; 3 s at most each.
-  if [[ -n "$conf" ]] && _slurm_netns_cluster_running "${slurm_netns_cluster_pids[1]:-}" &&
-    jobs=$(_slurm_netns_cluster_client squeue -h -o %i); then
-    if [[ -n "$jobs" ]]; then
-      # shellcheck disable=SC2086  # job ids
-      _slurm_netns_cluster_client scancel --full $jobs
-      for _ in $(seq 50); do
-        jobs=$(_slurm_netns_cluster_client squeue -h -o %i) && [[ -n "$jobs" ]] || break
-        sleep 0.1
-      done
-    fi
-    _slurm_netns_cluster_client scontrol shutdown >/dev/null
-    _slurm_netns_cluster_wait 10 "${slurm_netns_cluster_pids[@]:1}"  # slurmctld and the slurmds: 1 s to end
-  fi
-  _slurm_netns_cluster_signal TERM
-  _slurm_netns_cluster_wait 5 "${slurm_netns_cluster_pids[@]}"
-  _slurm_netns_cluster_signal KILL
-  for pid in "${slurm_netns_cluster_pids[@]}"; do wait "$pid" 2>/dev/null; done
+  _slurm_daemons_stop "$conf" "$_slurm_netns_cluster_shell" "${slurm_netns_cluster_pids[@]}"
   # Whatever still runs in its namespaces (a slurmstepd, a task) is its own.
   for entry in "${_slurm_netns_cluster_made[@]}"; do
     [[ "$entry" == netns\ * ]] || continue
@@ -241,39 +183,5 @@ slurm_netns_cluster_stop() {
   _slurm_netns_cluster_made=()
   _slurm_netns_cluster_saved=()
   _slurm_netns_cluster_dir=""
-  return 0
-}
-
-_slurm_netns_cluster_ours() {  # a daemon it started, still a child of the shell that did (not a reused pid)
-  [[ "$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ')" == "$_slurm_netns_cluster_shell" ]]
-}
-
-_slurm_netns_cluster_client() {  # COMMAND...: a Slurm client of this cluster, 3 s at most
-  SLURM_CONF=$slurm_netns_cluster_conf timeout -k 1 3 "$@" 2>/dev/null
-}
-
-_slurm_netns_cluster_running() {  # PID: one of its daemons, not ended (a zombie is)
-  [[ -n "$1" ]] && _slurm_netns_cluster_ours "$1" && [[ "$(ps -o stat= -p "$1")" != Z* ]]
-}
-
-_slurm_netns_cluster_signal() {  # SIGNAL: to each of its daemons still there
-  local pid
-  for pid in "${slurm_netns_cluster_pids[@]}"; do
-    _slurm_netns_cluster_ours "$pid" && kill -"$1" "$pid" 2>/dev/null
-  done
-  return 0
-}
-
-_slurm_netns_cluster_wait() {  # TENTHS PID...: until none of them is left (zombies aside), at most TENTHS/10 s
-  local tenths=$1 pid alive
-  shift
-  for _ in $(seq "$tenths"); do
-    alive=""
-    for pid in "$@"; do
-      _slurm_netns_cluster_running "$pid" && alive=1
-    done
-    [[ -z "$alive" ]] && return 0
-    sleep 0.1
-  done
   return 0
 }
