@@ -139,8 +139,8 @@ def main() -> None:
         for round_ in range(ROUNDS):
             for name, (command, variant_env) in variants.items():
                 times[name].append(timed(command, variant_env)["total"])
-            print(f"round {round_ + 1}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()),
-                  flush=True)
+            said = ", ".join(f"{name} {values[-1]:.2f} s" for name, values in times.items())
+            print(f"round {round_ + 1}: {said}", flush=True)
     finally:
         for process in (served, *dask_processes):
             os.killpg(process.pid, signal.SIGKILL)

@@ -54,10 +54,6 @@ _kept: Dict[str, dict] = {}          # actor meshes by name: {"local": id, "mesh
 _handed_out: List[int] = []          # launch ranks the clients' spawn_procs took
 
 
-def _send(sock: socket.socket, **message) -> None:
-    sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
-
-
 class _WorkerOutput:
     """The workers' forwarded lines to the client, through a pipe per
     stream, until close() (then to the job's own output again)."""
@@ -82,10 +78,11 @@ def serve(sock: socket.socket, key: bytes) -> None:
     """One client's whole attachment, on its connection's thread."""
     global _client
     lines = sock.makefile("rb")
+    client = Sender(sock)  # (the output relays send on it too, from their threads)
     with _lock:
         _left.wait_for(lambda: _client is None, timeout=LEAVING_GRACE_S)
         if _client is not None:
-            _send(sock, refused=f"another client (pid {_client['pid']} on {_client['host']}, rank "
+            client.send(refused=f"another client (pid {_client['pid']} on {_client['host']}, rank "
                                 f"{_client['rank']}) is attached to this job as its controller: "
                                 f"one at a time. Detach it first (crown.detach(), or end its "
                                 f"process)")
@@ -93,7 +90,7 @@ def serve(sock: socket.socket, key: bytes) -> None:
         try:
             slot, offer = _crown.attach_offer(key)
         except Exception as error:  # noqa: BLE001 - said to the client
-            _send(sock, refused=str(error))
+            client.send(refused=str(error))
             return
         _client = {"pid": 0, "host": "?", "rank": slot}
         kept = dict(_kept)
@@ -101,7 +98,7 @@ def serve(sock: socket.socket, key: bytes) -> None:
     admitted = False
     output: Optional[_WorkerOutput] = None
     try:
-        _send(sock, offer=base64.b64encode(offer).decode("ascii"), rank=slot,
+        client.send(offer=base64.b64encode(offer).decode("ascii"), rank=slot,
               size=_crown.size(), kept=kept, handed_out=handed_out, server_pid=os.getpid())
         answer = json.loads(lines.readline() or b"{}")
         if "answer" not in answer:
@@ -111,7 +108,6 @@ def serve(sock: socket.socket, key: bytes) -> None:
             _client.update(pid=int(answer.get("pid", 0)), host=str(host))
         _crown.admit_attached(slot, str(host), base64.b64decode(address))
         admitted = True
-        client = Sender(sock)
         client.send(attached=slot)
         output = _WorkerOutput(client)
         _crown.log("info", f"attach: a client (pid {_client['pid']} on {host}) drives the job "
