@@ -25,7 +25,7 @@ import os
 import socket
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from . import _context, _crown, _hosts, _jobs, _pdb, _pickle, _stacks
 from ._jobs import CONSOLE_HELLO, Job
@@ -109,6 +109,8 @@ class Attachment:
                 _crown.log("warn", f"attach: the served job's controller is unreachable: {error}")
 
     def _kept_mesh(self, name: str, mesh: ActorMesh) -> None:
+        if name.startswith("crown-") or self.rank in mesh._shape.ranks():
+            return  # crown's own (crown-starter, ...), or on this process: it goes with it
         # A copy without the spawn under way, which pickling would wait for.
         copy = ActorMesh(mesh._shape, mesh._local, mesh._cls, mesh._name)
         data = base64.b64encode(_pickle.dumps(copy)).decode("ascii")
@@ -205,7 +207,7 @@ def attach(job=None, timeout: float = 60.0) -> Attachment:
     sock.settimeout(None)
     _front_end()
     _attachment = Attachment(job, sock, lines, rank, dict(offer.get("kept", {})))
-    _handed_out_before(offer.get("handed_out", []))
+    _hosts.handed_out_before(offer.get("handed_out", []))
     _context.mesh_spawned = _attachment._kept_mesh
     _context.mesh_stopped = _attachment._stopped_mesh
     _context.ranks_handed_out = lambda ranks: _attachment._tell(handed_out=list(ranks))
@@ -231,8 +233,3 @@ def _front_end() -> None:
     _context.tracing = _crown.tracing()
     _context.front_end_ready.set()
     _pickle.main_by_value(True)  # the job's ranks do not run this client's __main__
-
-
-def _handed_out_before(ranks: List[int]) -> None:
-    with _hosts._handed_out_lock:
-        _hosts._handed_out.update(int(rank) for rank in ranks)

@@ -69,7 +69,8 @@ class HostMesh:
         if unknown or not self._labelled:
             raise TypeError(f"a HostMesh slices along {sorted(self.sizes)}, not {sorted(unknown)}")
         which = coordinates.get(HOSTS, slice(None))
-        indices = range(self._hosts)[which] if isinstance(which, slice) else [range(self._hosts)[which]]
+        hosts = range(self._hosts)
+        indices = hosts[which] if isinstance(which, slice) else [hosts[which]]
         if not indices or (isinstance(indices, range) and indices.step != 1):
             raise IndexError(f"hosts={which!r} selects no consecutive hosts of {self._hosts}")
         first, count = indices[0], len(indices)
@@ -160,7 +161,8 @@ class HostMesh:
         def bootstrapped(ranks: List[int]) -> None:  # on the start's thread, once they are up
             if bootstrap is not None:
                 # A mesh of its own: the returned one waits for this very start.
-                ProcMesh(shape_of(ranks)).spawn("bootstrap", _Bootstrap, bootstrap).run.call().get()
+                runs = ProcMesh(shape_of(ranks)).spawn("crown-bootstrap", _Bootstrap, bootstrap)
+                runs.run.call().get()
 
         started, starting = start_procs(program, settings, host, bootstrapped)
         procs = ProcMesh(shape_of(started), name=name, starting=starting,
@@ -259,6 +261,13 @@ _handed_out: Set[int] = set()  # launch ranks that spawn_procs gave (never twice
 _handed_out_lock = threading.Lock()
 
 
+def handed_out_before(ranks) -> None:
+    """Launch ranks that spawn_procs gave before this process (an earlier
+    client of a served job, _attach.py): they are not given again."""
+    with _handed_out_lock:
+        _handed_out.update(int(rank) for rank in ranks)
+
+
 class _Bootstrap(Actor):
     """Runs spawn_procs' bootstrap on each proc."""
 
@@ -278,7 +287,7 @@ def _bootstrapped(procs: ProcMesh, bootstrap) -> ProcMesh:
     once it has run everywhere, and raises its ActorError if it failed."""
     if bootstrap is None:
         return procs
-    runs = procs.spawn("bootstrap", _Bootstrap, bootstrap).run.call()
+    runs = procs.spawn("crown-bootstrap", _Bootstrap, bootstrap).run.call()
     procs._initialized = Future(lambda timeout: runs.get(timeout) is not None)
     return procs
 

@@ -90,6 +90,12 @@ def main() -> None:
         counters = attachment.actor_mesh("counter")
         report(rank=attachment.rank, counted=sorted(counters.incr.call(1).get().values()),
                kept=sorted(attachment.actor_meshes()), attach_s=took)
+    elif mode == "more":  # the job's ranks were handed out by an earlier client
+        procs = attachment.host_mesh.spawn_procs(per_host={"procs": 1})
+        pid = procs.spawn("extra", Counter, 0).pid.call_one().get()
+        ranks = procs._shape.ranks()
+        procs.stop()
+        report(ranks=ranks, pid=pid)
     elif mode == "hold":
         report(rank=attachment.rank, holding=True)
         time.sleep(600)  # until the test kills this process

@@ -94,6 +94,10 @@ def test_detaching_leaves_the_actors_and_the_next_client_finds_them(served):
     again = client(env, "again")
     assert again["counted"] == [18, 18, 18]
     assert again["kept"] == ["counter"]
+    # The launch's ranks went to the first client: a later one gets a new process.
+    more = client(env, "more")
+    assert more["ranks"][0] > 2 and more["pid"] not in SEEN["pids"], more
+    assert gone_within([more["pid"]], 10) == []  # stop() ended it
 
 
 def test_a_second_controller_is_refused_and_a_killed_one_frees_the_job(served):
