@@ -60,16 +60,19 @@ def run_worker_loop_forever(*, address: str, ca: Optional[str] = None,
         sys.exit(code)
 
 
-def attach_to_workers(workers: List[str], ca: Optional[str] = None, name: Optional[str] = None):
+def attach_to_workers(*, workers: List, ca: Optional[str] = None, name: Optional[str] = None,
+                      private_key=None):
     """Attaches this process to the served job whose rank 0 listens at
-    workers[0] (run_worker_loop_forever's address; the job's user's
-    CROWN_DEBUG_DIR holds its token) and returns its hosts as a HostMesh of
-    ``{"hosts": len(workers)}``. Raises crown.AttachError when no such job of
-    this user runs or it refuses, ValueError when the job's hosts are not
-    len(workers)."""
+    workers[0] (run_worker_loop_forever's address, or a Future of it; the
+    job's user's CROWN_DEBUG_DIR holds its token) and returns its hosts as a
+    HostMesh of ``{"hosts": len(workers)}``. Raises crown.AttachError when
+    no such job of this user runs or it refuses, ValueError when the job's
+    hosts are not len(workers). `ca`, `name` and `private_key` are
+    Monarch's, accepted and not used (see this module's docstring)."""
     if not workers:
         raise ValueError("attach_to_workers needs the workers' addresses (tcp://HOST:PORT)")
-    host, port = _parsed(workers[0])
+    first = workers[0]
+    host, port = _parsed(first if isinstance(first, str) else first.get())
     job = _job_at(host, port)
     attachment = _attach.attach(job)
     hosts = attachment.host_mesh
