@@ -155,6 +155,15 @@ void Lifecycle::mpiUnusable(const std::string& why) {
             "that MPI on the controller is unusable");
 }
 
+void Lifecycle::expectDepartures(const std::vector<Rank>& ranks, const std::string& whom) {
+  std::vector<Future<void>> acks;
+  askLiveRanks(
+      RanksDeparting{ranks},
+      [&](Rank r) { return std::find(ranks.begin(), ranks.end(), r) != ranks.end(); }, acks);
+  for (Rank rank : ranks) proc_->expectDeparture(rank);
+  awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", std::chrono::milliseconds(10000)), whom);
+}
+
 void Lifecycle::requestShutdown(int code, bool ranksLost) {
   {
     std::lock_guard lock(mutex_);

@@ -143,6 +143,11 @@ class Lifecycle : public Proc::Module {
   /// fails every MPI operation with the controller (abandonPeer). Either
   /// way shutdown skips MPI's barrier and MPI_Finalize (ranksLost).
   void mpiUnusable(const std::string& why);
+  /// On the controller: every live rank, and this one, expects `ranks` to
+  /// leave (RanksDeparting), so their links closing is no failure; waits,
+  /// bounded, for the acknowledgements (`whom` names the leavers in a
+  /// warning). Stopped procs and detaching clients go this way.
+  void expectDepartures(const std::vector<Rank>& ranks, const std::string& whom);
   /// True once requestShutdown (or stop) has run: an exit is expected now.
   bool shuttingDown();
   /// A worker that begins to serve (after bootstrap: the controller is up)

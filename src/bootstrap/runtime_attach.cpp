@@ -57,11 +57,7 @@ void Runtime::admitAttached(Rank slot, const std::string& host, const std::strin
 void Runtime::releaseAttached(Rank slot) {
   Proc& proc = *proc_;
   if (!proc.joined(slot)) return;  // it never joined: nobody knows it
-  std::vector<Future<void>> acks;
-  detail::Lifecycle::of(proc).askLiveRanks(
-      detail::RanksDeparting{{slot}}, [slot](Rank r) { return r == slot; }, acks);
-  proc.expectDeparture(slot);
-  detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "a client detaching");
+  detail::Lifecycle::of(proc).expectDepartures({slot}, "a client detaching");
   // Gone now, for every rank (RankLost), whether or not a link to it was
   // ever opened (links open on first use): the next client's offer does
   // not list it among the live ranks.

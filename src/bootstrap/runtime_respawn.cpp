@@ -238,13 +238,7 @@ void Runtime::stopSpawned(const std::vector<Rank>& ranks) {
     }
   }
   auto& lifecycle = detail::Lifecycle::of(proc);
-  // Everybody expects them to go before any of them goes.
-  std::vector<Future<void>> acks;
-  lifecycle.askLiveRanks(
-      detail::RanksDeparting{ranks},
-      [&](Rank r) { return std::find(ranks.begin(), ranks.end(), r) != ranks.end(); }, acks);
-  for (Rank rank : ranks) proc.expectDeparture(rank);
-  detail::awaitAcks(acks, env::millis("CROWN_CONNECT_TIMEOUT_MS", 10s), "procs stopping");
+  lifecycle.expectDepartures(ranks, "procs stopping");  // everybody, before any of them goes
   for (Rank rank : ranks) {
     if (proc.alive(rank)) proc.send({rank, lifecycle.agentId()}, detail::Shutdown{0, false});
   }
