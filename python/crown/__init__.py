@@ -124,11 +124,6 @@ def shutdown(code: int = 0) -> int:
     return code
 
 
-# A process that no launcher started becomes the controller through these
-# (_client.py, which sits below this module).
-_client.use(init, shutdown)
-
-
 def run(main, *args, controller: str = "shared", **kwargs) -> None:
     """Runs main(*args, **kwargs) on rank 0 while the other ranks serve; exits
     the process with 0, or 1 after printing the error once if main raised;
@@ -154,6 +149,12 @@ def run(main, *args, controller: str = "shared", **kwargs) -> None:
         except KeyboardInterrupt as late:
             outcome = outcome or late
     _exit(shutdown(_outcome_code(outcome)))
+
+
+# A process that no launcher started becomes the controller through these,
+# and Monarch's workers serve by run (_client.py, which sits below this
+# module).
+_client.use(init, shutdown, run)
 
 
 def _mask_interrupts() -> None:

@@ -29,6 +29,7 @@ from . import _crown, _pickle
 _lock = threading.Lock()
 _init: Optional[Callable[[], object]] = None  # crown.init, given by use()
 _shutdown: Optional[Callable[[int], object]] = None  # crown.shutdown, given by use()
+run: Optional[Callable[..., None]] = None  # crown.run, given by use(): Monarch's workers serve by it
 _groups: Dict[tuple, "Starting"] = {}  # the ranks of each spawn_procs call, until stopped
 WORKER = ["-m", "crown._spawned"]  # what each started proc runs, after its interpreter
 
@@ -45,11 +46,13 @@ def starts_procs() -> bool:
     return _crown.initialised() and _crown.rank() not in _crown.world_shape().ranks()
 
 
-def use(init: Callable[[], object], shutdown: Callable[[int], object]) -> None:
+def use(init: Callable[[], object], shutdown: Callable[[int], object],
+        run_main: Callable[..., None]) -> None:
     """crown/__init__.py gives its init() and shutdown(), which this module
-    calls to make a process the controller and to end its procs at exit."""
-    global _init, _shutdown
-    _init, _shutdown = init, shutdown
+    calls to make a process the controller and to end its procs at exit,
+    and run(), which the modules below crown's call as crown.run."""
+    global _init, _shutdown, run
+    _init, _shutdown, run = init, shutdown, run_main
 
 
 def forwarded() -> bool:

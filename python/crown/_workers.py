@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import List, Optional
 
-from . import _attach, _client, _console, _crown, _jobs
+from . import _attach, _client, _console, _jobs
 
 _ADDRESS = re.compile(r"^tcp://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
@@ -45,19 +44,14 @@ def run_worker_loop_forever(*, address: str, ca: Optional[str] = None,
     Monarch's programs and not used: clients prove the job's token instead."""
     host, port = _parsed(address)
     os.environ.setdefault("CROWN_DEBUG_TCP", f"{host}:{port}")
-    _client._init()  # every rank but 0 serves in there and exits
-    if ca == "trust_all_connections":
-        print("crown: ca='trust_all_connections' is not honoured: clients must prove this job's "
-              "token (only its user can read it)", flush=True)
-    try:
+
+    def serve() -> None:  # on rank 0; the other ranks serve its actors
+        if ca == "trust_all_connections":
+            print("crown: ca='trust_all_connections' is not honoured: clients must prove this "
+                  "job's token (only its user can read it)", flush=True)
         _console.serve()
-    finally:
-        code = _client._shutdown(0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if _crown.owns_mpi():
-            os._exit(code)  # as crown.run: MPI is finalised, nothing left to tear down
-        sys.exit(code)
+
+    _client.run(serve)  # as `crown serve` (crownrun --serve) does
 
 
 def attach_to_workers(*, workers: List, ca: Optional[str] = None, name: Optional[str] = None,
