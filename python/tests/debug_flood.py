@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from other_user import OTHER_USER, other_user
+from other_user import OTHER_USER, end_processes, other_user
 from terminal import BackgroundJob
 
 PYTHON = sys.executable
@@ -115,7 +115,7 @@ def flood_test(workdir, shared):
         time.sleep(2)  # every silent connection open, past the old answerers' capacity
         during = measure(env, script)
         check(flooder.poll() is None, "the flood ended before the measurements did")
-        flooder.kill()
+        end_processes()  # the flooder itself, not only its runuser
         flooder.wait()
         after = measure(env, script)
 

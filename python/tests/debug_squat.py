@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from other_user import OTHER_USER, other_user
+from other_user import OTHER_USER, end_processes, other_user
 
 PYTHON = sys.executable
 
@@ -106,7 +106,7 @@ class Impostor:
             return [bytes.fromhex(line.strip()) for line in f if line.strip()]
 
     def stop(self):
-        self.process.kill()
+        end_processes()  # the impostor itself, not only its runuser
         self.process.wait()
 
 
