@@ -47,6 +47,7 @@ from ._json_lines import Sender, relay
 _HANDSHAKE_TIMEOUT_S = 5.0
 _MAX_HANDSHAKES = 64              # at once, per pool (local, remote), as the debug server's
 _MAX_HANDSHAKES_PER_ADDRESS = 4   # remote ones from one peer address
+_LISTEN_BACKLOG = 128             # connections the kernel queues for the accepting thread
 
 
 class _Admission:
@@ -160,8 +161,12 @@ class ConsoleServer:
             self._tcp_file = self.path + ".tcp"
             write_private(self._tcp_file, f"{advertised} {listener.getsockname()[1]} "
                                           f"{socket.gethostname()}\n")
+        # A burst of connections (issue 43's flood) waits in the kernel's
+        # queue until the accepting thread refuses it. A short queue drops
+        # them instead, and each dropped client, the job's user's included,
+        # waits a second for the kernel to send its SYN again.
         for listener in self._listeners:
-            listener.listen(8)
+            listener.listen(_LISTEN_BACKLOG)
 
     # -- the main thread ------------------------------------------------------
 

@@ -30,13 +30,15 @@ FLOODER = r'''
 import socket, sys, time
 ports = [int(p) for p in sys.argv[1:-2]]
 held, seconds = int(sys.argv[-2]), float(sys.argv[-1])
-socks, opened, refused_at_once = [], 0, 0
+socks, opened, refused_at_once, slowest = [], 0, 0, 0.0
 end = time.monotonic() + seconds
 print("flooding", flush=True)
 while time.monotonic() < end and opened < 20000:
     for port in ports:
         while sum(1 for s, p, t in socks if p == port) < held and opened < 20000:
+            start = time.monotonic()
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            slowest = max(slowest, time.monotonic() - start)
             s.setblocking(False)
             socks.append((s, port, time.monotonic()))
             opened += 1
@@ -57,7 +59,8 @@ while time.monotonic() < end and opened < 20000:
             alive.append((s, port, t))
     socks = alive
     time.sleep(0.05)
-print(f"opened {opened} refused_at_once {refused_at_once}", flush=True)
+print(f"opened {opened} refused_at_once {refused_at_once} slowest_connect_s {slowest:.3f}",
+      flush=True)
 '''
 
 
@@ -132,14 +135,19 @@ def flood_test(workdir, shared):
               f"crown console --run during the flood: {console}")
 
         # A bounded flood, run to its end, reports how it was met: past the
-        # per-address bound, connections are refused at once.
+        # per-address bound, connections are refused at once. Most of them:
+        # a listening queue too short for the burst (the console's was 8)
+        # lets the kernel drop connections, whose clients wait a second each.
         counted = subprocess.run(["runuser", "-u", OTHER_USER, "--", PYTHON, flooder_script,
                                   *ports, str(HELD), "3"], capture_output=True, text=True,
                                  timeout=60)
         words = counted.stdout.split()
         check(counted.returncode == 0 and "refused_at_once" in words, counted)
         refused = int(words[words.index("refused_at_once") + 1])
-        check(refused > 0, f"no connection refused at once: {counted.stdout}")
+        opened = int(words[words.index("opened") + 1])
+        check(refused >= opened // 2, f"most connections not refused at once: {counted.stdout}")
+        slowest = float(words[words.index("slowest_connect_s") + 1])
+        check(slowest < 0.5, f"a connection waited for its SYN to be resent: {counted.stdout}")
         print(f"a 3 s flood: {counted.stdout.splitlines()[-1]}", flush=True)
         measure(env, script)  # both servers still answer (measure checks each reply)
 
