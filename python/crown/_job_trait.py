@@ -1,18 +1,38 @@
 """The job interface with Monarch's names (monarch.job; issue 46, part 3):
-JobTrait, JobState, and loading a job's cached description. crown.job has
-the jobs themselves (LocalJob, ProcessJob, SlurmJob)."""
+JobTrait, JobState, loading a job's cached description, and batch mode
+(``apply(client_script=...)``: the job runs its own client, which finds the
+job it runs in through BatchJob). crown.job has the jobs themselves
+(LocalJob, ProcessJob, SlurmJob)."""
 
 from __future__ import annotations
 
 import os
 import pickle
+import shlex
 import uuid
 from abc import ABC, abstractmethod
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from ._hosts import HostMesh
 
 DEFAULT_JOB_PATH = ".crown/job_state.pkl"
+# Set in the client that a job runs itself (batch mode): its state() takes
+# the job it runs in from the cache instead of applying a new one.
+BATCH_JOB_ENV = "CROWN_BATCH_JOB"
+
+
+def in_batch_job() -> bool:
+    """Whether this process is the client that a job runs (batch mode)."""
+    return os.environ.get(BATCH_JOB_ENV) == "1"
+
+
+def client_command(client_script: str, python: str) -> List[str]:
+    """The command of a batch client: `client_script` is a command line, or
+    a Python script (its first word ends in .py) that `python` runs."""
+    words = shlex.split(client_script)
+    if not words:
+        raise ValueError("client_script is empty: give a script (train.py) or a command line")
+    return [python, *words] if words[0].endswith(".py") else words
 
 
 class JobState:
@@ -41,11 +61,12 @@ class JobTrait(ABC):
         self._apply_id: Optional[str] = None
 
     def apply(self, client_script: Optional[str] = None) -> None:
-        """Gets the job's hosts; a second call does nothing."""
+        """Gets the job's hosts; a second call does nothing. With
+        `client_script` (batch mode) the job also runs that client, whose
+        ``state()`` gives this job's hosts: it is cached (DEFAULT_JOB_PATH,
+        in this directory, where the client starts) as a BatchJob."""
         if self._status == "running":
             return
-        if client_script is not None:
-            raise ValueError("crown runs the client here: apply() takes no client_script")
         self._create(client_script)
         self._apply_id = uuid.uuid4().hex
         self._status = "running"
@@ -104,6 +125,39 @@ class JobTrait(ABC):
     @abstractmethod
     def can_run(self, spec: "JobTrait") -> bool:
         """Whether this job (running) can serve what `spec` asks for."""
+
+
+class BatchJob(JobTrait):
+    """A job that runs its own client (batch mode), as apply(client_script)
+    caches it before the client starts. In that client (CROWN_BATCH_JOB=1)
+    it can run any spec: ``state()`` there gives the hosts of the job the
+    client runs in. Anywhere else it can run nothing, so a later state()
+    replaces it."""
+
+    def __init__(self, job: JobTrait):
+        super().__init__()
+        self._job = job
+        self._status = "running"
+        self._apply_id = job.apply_id or uuid.uuid4().hex
+
+    def can_run(self, spec: JobTrait) -> bool:
+        return in_batch_job()
+
+    def _create(self, client_script: Optional[str]) -> None:
+        raise RuntimeError("a BatchJob is running already: its job was applied by its submitter")
+
+    def _state(self) -> JobState:
+        return self._job._state()
+
+    def _kill(self) -> None:
+        self._job._kill()
+
+
+def cache_batch_job(job: JobTrait) -> str:
+    """Caches `job` as the BatchJob that its client will find; returns the
+    directory the client must start in (where the cache's path is)."""
+    BatchJob(job).dump(os.path.abspath(DEFAULT_JOB_PATH))
+    return os.getcwd()
 
 
 def job_loads(data: bytes) -> JobTrait:

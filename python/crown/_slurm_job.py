@@ -13,6 +13,11 @@ restarted client's state() finds it in the cache (``.crown/job_state.pkl``)
 and attaches again, finding the actor meshes it left
 (crown.attachment().actor_mesh). kill() detaches and cancels the job
 (scancel), and returns once Slurm has let it go.
+
+Batch mode, ``apply(client_script="train.py")``: the job runs the client
+too, on its first node, beside the served job; the client's state()
+attaches to the job it runs in (_job_trait.BatchJob, $SLURM_JOB_ID), and the
+allocation ends when the client does, with the client's exit code.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ import time
 import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import _attach, _jobs
-from ._job_trait import JobState, JobTrait
+from . import _attach, _console_cli, _jobs
+from ._job_trait import (BATCH_JOB_ENV, JobState, JobTrait, cache_batch_job, client_command,
+                         in_batch_job)
 
 _TERMINAL = ("FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "COMPLETED", "NODE_FAIL",
              "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
@@ -93,9 +99,18 @@ class SlurmJob(JobTrait):
             self._debug_dir = self._made_dir
         _private_directory(self._debug_dir)
         os.makedirs(self._log_dir, exist_ok=True)
-        done = subprocess.run(["sbatch", "--parsable"], input=self._script(crownrun),
+        script = self._script(crownrun)
+        if client_script is None:
+            script += f'exec {_quoted(crownrun)} -n "$SLURM_NTASKS" --serve\n'
+        else:  # cached before Slurm can start its client
+            command = client_command(client_script, spec["python_exe"])
+            script += self._batch_client(crownrun, command, cache_batch_job(self))
+        done = subprocess.run(["sbatch", "--parsable"], input=script,
                               capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
+            if self._made_dir:
+                shutil.rmtree(self._made_dir, ignore_errors=True)
+                self._debug_dir = self._made_dir = None
             raise RuntimeError(f"Slurm refused the job (sbatch exited {done.returncode}): "
                                f"{done.stderr.strip() or done.stdout.strip()}")
         self._slurm_job_id = done.stdout.strip().split(";")[0]
@@ -131,6 +146,13 @@ class SlurmJob(JobTrait):
         if attachment is not None and self._debug_dir and attachment.job.base.startswith(
                 self._debug_dir + os.sep):
             attachment.detach()
+        if self._is_batch_client():
+            # The client this job runs: scancel would end the client too, and
+            # the allocation ends with it anyway; the served job ends now.
+            served = self._served()
+            if served is not None:
+                _console_cli.stop(served, _KILL_BOUND_S)
+            return
         if self._slurm_job_id is None:
             return
         # Never a teardown that says it is done while the job runs on: scancel's
@@ -163,6 +185,16 @@ class SlurmJob(JobTrait):
     def slurm_job_id(self) -> Optional[str]:
         return self._slurm_job_id
 
+    def _is_batch_client(self) -> bool:
+        """Whether this process is the client that this job runs (batch
+        mode), which learns the job's id from Slurm: it was cached before
+        Slurm gave one."""
+        if not in_batch_job() or "SLURM_JOB_ID" not in os.environ:
+            return False
+        if self._slurm_job_id is None:
+            self._slurm_job_id = os.environ["SLURM_JOB_ID"]
+        return self._slurm_job_id == os.environ["SLURM_JOB_ID"]
+
     # -- Slurm ----------------------------------------------------------------
 
     def _script(self, crownrun: str) -> str:
@@ -188,8 +220,24 @@ class SlurmJob(JobTrait):
                   # (where the client's own environment sets it, as sbatch passes it: its
                   # address on the first node, where the hosts' names do not resolve)
                   f'export CROWN_DEBUG_TCP="${{CROWN_DEBUG_TCP:-:{spec["port"]}}}"',
-                  f"export CROWN_PYTHON={_quoted(spec['python_exe'])}",
-                  f'exec {_quoted(crownrun)} -n "$SLURM_NTASKS" --serve']
+                  f"export CROWN_PYTHON={_quoted(spec['python_exe'])}"]
+        return "\n".join(lines) + "\n"
+
+    def _batch_client(self, crownrun: str, command: List[str], directory: str) -> str:
+        """The script's end in batch mode: the served job in the background,
+        the client here, then the served job stopped (or, not serving yet,
+        ended) and the client's exit code as the job's."""
+        lines = [f'{_quoted(crownrun)} -n "$SLURM_NTASKS" --serve &',
+                 "served=$!",
+                 f"cd {_quoted(directory)}",
+                 f"{BATCH_JOB_ENV}=1 {' '.join(_quoted(word) for word in command)}",
+                 "status=$?",
+                 '"$CROWN_PYTHON" -m crown stop > /dev/null 2>&1 || '
+                 'kill -TERM "$served" 2> /dev/null',
+                 'wait "$served"']
+        if self._made_dir:  # nobody else will remove it: the submitter may be long gone
+            lines.append(f"rm -rf {_quoted(self._made_dir)}")
+        lines.append('exit "$status"')
         return "\n".join(lines) + "\n"
 
     def _slurm_state(self) -> Tuple[str, str]:
@@ -204,7 +252,7 @@ class SlurmJob(JobTrait):
     def _wait_for_service(self) -> "_jobs.Job":
         """The served job, once Slurm runs it and its controller serves;
         cancels it when that does not happen within job_start_timeout."""
-        if self._slurm_job_id is None:
+        if self._slurm_job_id is None and not self._is_batch_client():
             raise RuntimeError("this SlurmJob is not applied (or was killed)")
         started = time.monotonic()
         while True:

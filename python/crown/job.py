@@ -19,20 +19,29 @@ it; a restarted client applies the cached description again.
 served crown job on them (``crownrun --serve``), and attaches this client
 to it (crown.attach): the job outlives the client, and a restarted client
 reuses it through the cache and finds its actor meshes.
+
+Batch mode, Monarch's ``apply(client_script="train.py")``: the job runs the
+client itself (LocalJob and ProcessJob: a process of its own session here,
+its output in ``.crown/logs/job_*/``; SlurmJob: inside the allocation), and
+the client's ``state()`` gives the job's hosts.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from abc import abstractmethod
 from typing import Dict, Optional, Sequence
 
 from ._hosts import HostMesh, launch_hosts
-from ._job_trait import (DEFAULT_JOB_PATH, JobState, JobTrait, job_load,  # noqa: F401
-                         job_loads)
+from ._job_trait import (BATCH_JOB_ENV, DEFAULT_JOB_PATH, BatchJob, JobState,  # noqa: F401
+                         JobTrait, cache_batch_job, client_command, job_load, job_loads)
 from ._slurm_job import SlurmJob  # noqa: F401
 
-__all__ = ["JobTrait", "JobState", "LocalJob", "ProcessJob", "SlurmJob", "job_load", "job_loads",
-           "DEFAULT_JOB_PATH"]
+__all__ = ["JobTrait", "JobState", "BatchJob", "LocalJob", "ProcessJob", "SlurmJob", "job_load",
+           "job_loads", "DEFAULT_JOB_PATH"]
 
 # The host meshes of the jobs applied in this process, by apply_id: a job
 # loaded from the cache finds the ones its description was applied with
@@ -43,6 +52,9 @@ _live: Dict[str, Dict[str, HostMesh]] = {}
 class _HostJob(JobTrait):
     """A job whose host meshes are made in this process and end with it."""
 
+    _proc: Optional[subprocess.Popen] = None  # the client it runs (batch mode)
+    _log_dir: Optional[str] = None            # where that client's output goes
+
     def _meshes_here(self) -> Dict[str, HostMesh]:
         meshes = _live.get(self._apply_id)
         if meshes is None:
@@ -50,7 +62,40 @@ class _HostJob(JobTrait):
         return meshes
 
     def _create(self, client_script: Optional[str]) -> None:
-        pass  # its host meshes are made on first use, once apply() has named it
+        # Its host meshes are made on first use, once apply() has named it:
+        # here, or in the client it runs.
+        if client_script is None:
+            return
+        command = client_command(client_script, sys.executable)
+        directory = cache_batch_job(self)
+        logs = os.path.join(directory, ".crown", "logs")
+        os.makedirs(logs, exist_ok=True)
+        self._log_dir = tempfile.mkdtemp(prefix="job_", dir=logs)
+        # A client of its own: no launcher's variables (it is no rank of ours).
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OMPI_", "PMIX_", "OPAL_", "ORTE_"))}
+        env[BATCH_JOB_ENV] = "1"
+        with open(os.path.join(self._log_dir, "stdout.log"), "w") as out, \
+                open(os.path.join(self._log_dir, "stderr.log"), "w") as err:
+            self._proc = subprocess.Popen(command, env=env, stdout=out, stderr=err,
+                                          stdin=subprocess.DEVNULL, cwd=directory,
+                                          start_new_session=True)
+
+    @property
+    def process(self) -> subprocess.Popen:
+        """The client that apply(client_script) started (Monarch's)."""
+        if self._proc is None:
+            raise ValueError("this job runs no client: apply(client_script=...) starts one")
+        return self._proc
+
+    @property
+    def log_dir(self) -> Optional[str]:
+        return self._log_dir
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_proc", None)  # a process of this one's, not part of the description
+        return state
 
     def _state(self) -> JobState:
         return JobState(self._meshes_here())

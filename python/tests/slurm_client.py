@@ -10,7 +10,7 @@ import time
 
 import crown
 from crown.actor import Actor, endpoint
-from crown.job import SlurmJob, job_load
+from crown.job import DEFAULT_JOB_PATH, SlurmJob, job_load
 
 WORK = os.environ["SLURM_JOB_TEST_DIR"]
 CACHE = os.path.join(WORK, "job_state.pkl")
@@ -64,6 +64,12 @@ def main() -> None:
         counters = state.workers.procs().spawn("counter", Counter, 0)
         report(job_id=job_load(CACHE).slurm_job_id, ranks=state.workers.ranks,
                pids=sorted(counters.pid.call().get().values()))
+    elif mode == "batch":  # the job runs its own client (slurm_batch_client.py)
+        slurm = job()
+        slurm.apply(client_script=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                               "slurm_batch_client.py"))
+        report(job_id=slurm.slurm_job_id, cached=type(job_load(DEFAULT_JOB_PATH)).__name__,
+               debug_dir=slurm._debug_dir)
     elif mode == "kill":
         cached = job_load(CACHE)
         job_id = cached.slurm_job_id

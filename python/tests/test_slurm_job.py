@@ -5,8 +5,10 @@ Each client is a plain `python3 slurm_client.py MODE` (no launcher, on
 neither host: it attaches over TCP): apply and drive the job on both hosts, a
 restarted client reusing it and finding its actors, a changed spec
 replacing it, kill() leaving nothing in squeue or ps, the start timeout,
-Slurm's refusal, and the allocation ending under a client."""
+Slurm's refusal, the allocation ending under a client, and batch mode (the
+job running its own client)."""
 
+import glob
 import json
 import os
 import subprocess
@@ -71,10 +73,13 @@ def test_the_start_timeout_cancels_the_job():
 
 
 def test_slurm_refusing_the_job_is_said():
+    slurm_dirs = os.path.join(os.environ["HOME"], ".crown", "slurm")
+    before = set(os.listdir(slurm_dirs)) if os.path.isdir(slurm_dirs) else set()
     seen = client("refused")
     assert seen["error"].startswith("Slurm refused the job"), seen
     assert "nosuchpartition" in seen["error"] or "partition" in seen["error"]
     assert queued() == []
+    assert set(os.listdir(slurm_dirs)) == before  # no directory made for it is left
 
 
 def test_a_job_slurm_will_never_start_is_cancelled_and_said():
@@ -82,3 +87,31 @@ def test_a_job_slurm_will_never_start_is_cancelled_and_said():
     assert "Slurm will not start the job" in seen["error"], seen
     assert "reason Partition" in seen["error"]  # PartitionNodeLimit or PartitionConfig
     assert queued() == []
+
+
+def slurm_job_field(job_id: str, field: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return next(word.split("=", 1)[1] for word in out.split() if word.startswith(field + "="))
+
+
+def test_batch_mode_runs_the_client_in_the_allocation_and_ends_with_it():
+    submitted = client("batch")
+    job_id = submitted["job_id"]
+    assert submitted["cached"] == "BatchJob"
+    assert eventually(queued, lambda jobs: job_id not in jobs, 120) == []
+    outputs = glob.glob(os.path.join(os.environ["SLURM_JOB_TEST_DIR"], f"slurm_{job_id}_*.out"))
+    assert len(outputs) == 1, outputs
+    with open(outputs[0]) as f:
+        output = f.read()
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"the batch client printed no result:\n{output}"
+    seen = json.loads(lines[-1][len("RESULT "):])
+    assert seen["batch"] == "1" and seen["job_id"] == job_id, seen
+    assert seen["hosts"] == {"hosts": 2} and seen["counted"] == [21, 21, 21, 21], seen
+    # The job ends with its client, and with the client's exit code.
+    assert (slurm_job_field(job_id, "JobState"), slurm_job_field(job_id, "ExitCode")) == (
+        "FAILED", "3:0"), output
+    assert gone_within(seen["pids"], 30) == []
+    assert submitted["debug_dir"].startswith(os.path.join(os.environ["HOME"], ".crown", "slurm"))
+    assert not os.path.exists(submitted["debug_dir"])  # the job's script removed it

@@ -376,3 +376,45 @@ def test_an_actor_spawns_procs_on_the_controller_and_on_a_started_proc():
     remote.stop_them.call_one().get()
     assert gone_within(nested, 10) == []
     procs.stop()
+
+
+BATCH_CLIENT = '''
+import os, sys
+from crown.actor import Actor, endpoint
+from crown.job import ProcessJob
+
+
+class Pid(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+state = ProcessJob({"trainers": 2}).state()  # the job this client runs in, from the cache
+procs = state.trainers.spawn_procs(per_host={"gpus": 1})
+pids = sorted(set(procs.spawn("pid", Pid).pid.call().get().values()))
+print("batch", os.environ.get("CROWN_BATCH_JOB"), "procs", *pids, flush=True)
+sys.exit(7)
+'''
+
+
+def test_a_process_job_runs_its_own_client_in_batch_mode(tmp_path, monkeypatch):
+    from crown.job import BatchJob, ProcessJob, job_load
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "client.py").write_text(BATCH_CLIENT)
+    job = ProcessJob({"trainers": 2})
+    job.apply(client_script="client.py")
+    assert isinstance(job_load(".crown/job_state.pkl"), BatchJob)
+    assert job.process.wait(timeout=120) == 7  # the client's own exit code
+    with open(os.path.join(job.log_dir, "stdout.log")) as f:
+        words = f.read().split()
+    with open(os.path.join(job.log_dir, "stderr.log")) as f:
+        assert words[:3] == ["batch", "1", "procs"] and len(words) == 5, (words, f.read())
+    assert gone_within([int(pid) for pid in words[3:]], 10) == []  # ended with their client
+    # Here, outside that client, the cached BatchJob can run nothing: replaced.
+    ProcessJob({"trainers": 1}).state().trainers.spawn_procs().stop()
+    assert isinstance(job_load(".crown/job_state.pkl"), ProcessJob)
+    job_load(".crown/job_state.pkl").kill()
+    with pytest.raises(ValueError, match="client_script is empty"):
+        ProcessJob({"trainers": 1}).apply(client_script="  ")
