@@ -1,7 +1,9 @@
 """A client of a SlurmJob, run by test_slurm_job.py as `python3
 slurm_client.py MODE` from a login shell's point of view (started by no
 launcher, outside the allocation): it does what MODE says and prints one
-JSON line of what it saw."""
+JSON line of what it saw. Mode in_batch is the client that a batch job
+runs (mode batch submits it): inside the allocation, where its line goes
+to the job's output."""
 import json
 import os
 import subprocess
@@ -64,12 +66,19 @@ def main() -> None:
         counters = state.workers.procs().spawn("counter", Counter, 0)
         report(job_id=job_load(CACHE).slurm_job_id, ranks=state.workers.ranks,
                pids=sorted(counters.pid.call().get().values()))
-    elif mode == "batch":  # the job runs its own client (slurm_batch_client.py)
+    elif mode == "batch":  # the job runs its own client: this script, mode in_batch
         slurm = job()
-        slurm.apply(client_script=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                               "slurm_batch_client.py"))
+        slurm.apply(client_script=f"{os.path.abspath(__file__)} in_batch")
         report(job_id=slurm.slurm_job_id, cached=type(job_load(DEFAULT_JOB_PATH)).__name__,
                debug_dir=slurm._debug_dir)
+    elif mode == "in_batch":  # inside the allocation, on its first node; exits 3
+        # Whatever the spec says, the client a job runs gets that job: no sbatch here.
+        state = SlurmJob({"workers": 2}).state()
+        counters = state.workers.spawn_procs(per_host={"procs": 2}).spawn("counter", Counter, 20)
+        report(batch=os.environ.get("CROWN_BATCH_JOB"), job_id=os.environ.get("SLURM_JOB_ID"),
+               hosts=state.workers.sizes, counted=sorted(counters.incr.call(1).get().values()),
+               pids=sorted(counters.pid.call().get().values()))
+        sys.exit(3)
     elif mode == "kill":
         cached = job_load(CACHE)
         job_id = cached.slurm_job_id
