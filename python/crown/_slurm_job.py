@@ -108,9 +108,7 @@ class SlurmJob(JobTrait):
         done = subprocess.run(["sbatch", "--parsable"], input=script,
                               capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            if self._made_dir:
-                shutil.rmtree(self._made_dir, ignore_errors=True)
-                self._debug_dir = self._made_dir = None
+            self._remove_made_dir()
             raise RuntimeError(f"Slurm refused the job (sbatch exited {done.returncode}): "
                                f"{done.stderr.strip() or done.stdout.strip()}")
         self._slurm_job_id = done.stdout.strip().split(";")[0]
@@ -132,7 +130,7 @@ class SlurmJob(JobTrait):
         hosts = attachment.host_mesh
         wanted = sum(self._spec["meshes"].values())
         if hosts.sizes["hosts"] != wanted:
-            raise RuntimeError(f"the Slurm job {self._slurm_job_id} has {wanted} nodes, but crown "
+            raise RuntimeError(f"the Slurm job {self._job_id()} has {wanted} nodes, but crown "
                                f"sees {hosts.sizes['hosts']} hosts among its ranks (do its nodes "
                                f"have host names of their own?)")
         meshes, first = {}, 0
@@ -171,9 +169,7 @@ class SlurmJob(JobTrait):
                 raise TimeoutError(f"the Slurm job {self._slurm_job_id} is still {state} "
                                    f"{_KILL_BOUND_S} s after scancel")
             time.sleep(_POLL_S)
-        if self._made_dir:  # what a controller that Slurm killed left there (its token, sockets)
-            shutil.rmtree(self._made_dir, ignore_errors=True)
-            self._debug_dir = self._made_dir = None
+        self._remove_made_dir()  # what a controller that Slurm killed left (its token, sockets)
         self._slurm_job_id = None
 
     def can_run(self, spec: JobTrait) -> bool:
@@ -183,17 +179,26 @@ class SlurmJob(JobTrait):
 
     @property
     def slurm_job_id(self) -> Optional[str]:
+        return self._job_id()
+
+    def _job_id(self) -> Optional[str]:
+        """The Slurm job's id. The client that a batch job runs holds a copy
+        cached before Slurm gave one: its job is the one it runs in. (Never
+        stored: a copy cached again there must not cancel that job from
+        elsewhere.)"""
+        if self._slurm_job_id is None and in_batch_job():
+            return os.environ.get("SLURM_JOB_ID")
         return self._slurm_job_id
 
     def _is_batch_client(self) -> bool:
-        """Whether this process is the client that this job runs (batch
-        mode), which learns the job's id from Slurm: it was cached before
-        Slurm gave one."""
-        if not in_batch_job() or "SLURM_JOB_ID" not in os.environ:
-            return False
-        if self._slurm_job_id is None:
-            self._slurm_job_id = os.environ["SLURM_JOB_ID"]
-        return self._slurm_job_id == os.environ["SLURM_JOB_ID"]
+        """Whether this process is the client that this job runs (batch mode)."""
+        return self._slurm_job_id is None and self._job_id() is not None
+
+    def _remove_made_dir(self) -> None:
+        """The debug directory apply() made (none was given), gone with the job."""
+        if self._made_dir:
+            shutil.rmtree(self._made_dir, ignore_errors=True)
+            self._debug_dir = self._made_dir = None
 
     # -- Slurm ----------------------------------------------------------------
 
@@ -242,7 +247,7 @@ class SlurmJob(JobTrait):
 
     def _slurm_state(self) -> Tuple[str, str]:
         """(state, reason) from squeue; ("", "") once Slurm no longer lists it."""
-        done = subprocess.run(["squeue", "-h", "-j", self._slurm_job_id, "-o", "%T|%r"],
+        done = subprocess.run(["squeue", "-h", "-j", self._job_id(), "-o", "%T|%r"],
                               capture_output=True, text=True, timeout=60)
         if done.returncode != 0 or not done.stdout.strip():
             return "", ""
@@ -252,13 +257,13 @@ class SlurmJob(JobTrait):
     def _wait_for_service(self) -> "_jobs.Job":
         """The served job, once Slurm runs it and its controller serves;
         cancels it when that does not happen within job_start_timeout."""
-        if self._slurm_job_id is None and not self._is_batch_client():
+        if self._job_id() is None:
             raise RuntimeError("this SlurmJob is not applied (or was killed)")
         started = time.monotonic()
         while True:
             state, reason = self._slurm_state()
             if state in ("", *_TERMINAL):
-                raise RuntimeError(f"the Slurm job {self._slurm_job_id} ended "
+                raise RuntimeError(f"the Slurm job {self._job_id()} ended "
                                    f"({state or 'no longer in the queue'}) before it served"
                                    f"{self._log_tail()}")
             if state == "RUNNING":
@@ -266,14 +271,14 @@ class SlurmJob(JobTrait):
                 if job is not None:
                     return job
             if state == "PENDING" and reason in _NEVER:
-                job_id = self._slurm_job_id
+                job_id = self._job_id()
                 self._kill()
                 raise RuntimeError(f"Slurm will not start the job {job_id} as asked (it pends "
                                    f"with reason {reason}: more nodes, CPUs or time than the "
                                    f"partition allows); it is cancelled")
             waited = time.monotonic() - started
             if self._start_timeout is not None and waited > self._start_timeout:
-                job_id = self._slurm_job_id
+                job_id = self._job_id()
                 self._kill()
                 raise TimeoutError(f"the Slurm job {job_id} did not start serving within "
                                    f"job_start_timeout={self._start_timeout} s (it was {state}"
@@ -293,7 +298,7 @@ class SlurmJob(JobTrait):
         return None
 
     def _log_tail(self) -> str:
-        path = os.path.join(self._log_dir, f"slurm_{self._slurm_job_id}_{self._unique_name}.out")
+        path = os.path.join(self._log_dir, f"slurm_{self._job_id()}_{self._unique_name}.out")
         try:
             with open(path) as f:
                 return ": its output ends with\n" + "".join(f.readlines()[-10:])
