@@ -30,34 +30,12 @@ struct ActorAccess {
 
 namespace {
 constexpr int kDrainBatch = 64;  // messages per turn before an actor yields its thread
-
-thread_local Proc* t_currentProc = nullptr;  // the Proc running a handler on this thread
-thread_local Actor* t_currentActor = nullptr;
 }  // namespace
-
-const Actor* Actor::current() { return t_currentActor; }
-
-namespace {
-thread_local std::optional<ActorId> t_actingAs;  // the innermost ActingAs of this thread
-}  // namespace
-
-ActingAs::ActingAs(const ActorId& actor) : outer_(std::exchange(t_actingAs, actor)) {}
-
-ActingAs::~ActingAs() { t_actingAs = outer_; }
-
-std::optional<ActorId> actingActor() {
-  if (t_actingAs) return t_actingAs;
-  if (t_currentActor && t_currentActor->id().local >= kFirstActorLocalId) return t_currentActor->id();
-  return std::nullopt;
-}
 
 namespace detail {
 
 using wire::Envelope;
 using wire::MessageKind;
-
-Actor* runningActor() { return t_currentActor; }
-Proc* runningProc() { return t_currentProc; }
 
 // One hosted actor and its mailbox. `scheduled` is true while a drain task
 // for it is queued or running, so at most one thread runs it; `order` puts
@@ -355,42 +333,38 @@ void Mailboxes::count(std::size_t& actors, std::size_t& queued, std::uint64_t& h
 void Mailboxes::run(Actor& actor, Delivery& delivery) {
   handled_.fetch_add(1, std::memory_order_relaxed);
   const Envelope& envelope = delivery.envelope;
-  Actor* outer = std::exchange(t_currentActor, &actor);
-  Proc* outerProc = std::exchange(t_currentProc, &proc_);
-  // A handler acts for its own actor, whatever this thread acted for outside it.
-  std::optional<ActorId> outerActing = std::exchange(t_actingAs, std::nullopt);
   std::optional<HandlerResult> result;
   RemoteFailure failure{RemoteFailure::kRaised, "", "", actor.name(), "", proc_.rank()};
   bool fatal = false;  // the actor must die, whatever the message's kind
   std::string cause;   // what a death reports: the error as the user reads it
-  trace::Span span;
-  if (trace::on()) [[unlikely]] {
-    span.begin("actor", actor.name() + " " + envelope.type,
-               "from " + wire::toString(envelope.sender));
-  }
-  try {
-    const Handler* handler = ActorAccess::find(actor, envelope.type);
-    if (!handler) {
-      throw Error("actor '" + actor.name() + "' (" + wire::demangle(typeid(actor).name()) +
-                  ") has no handler for message type " + envelope.type);
+  {
+    RunningActor running(actor, proc_);
+    trace::Span span;
+    if (trace::on()) [[unlikely]] {
+      span.begin("actor", actor.name() + " " + envelope.type,
+                 "from " + wire::toString(envelope.sender));
     }
-    result = (*handler)(delivery.payload);
-  } catch (const std::exception& e) {
-    failure.type = wire::demangle(typeid(e).name());
-    failure.message = e.what();
-    fatal = dynamic_cast<const ActorFatal*>(&e) != nullptr;
-    // User code's report names its own error: no C++ type name around it.
-    if (fatal || dynamic_cast<const UserCodeError*>(&e) != nullptr) failure.type.clear();
-    cause = failure.type.empty() ? failure.message : failure.type + ": " + failure.message;
-  } catch (...) {
-    failure.type = "unknown exception";
-    failure.message = "a handler threw something that is not a std::exception";
-    cause = failure.type + ": " + failure.message;
+    try {
+      const Handler* handler = ActorAccess::find(actor, envelope.type);
+      if (!handler) {
+        throw Error("actor '" + actor.name() + "' (" + wire::demangle(typeid(actor).name()) +
+                    ") has no handler for message type " + envelope.type);
+      }
+      result = (*handler)(delivery.payload);
+    } catch (const std::exception& e) {
+      failure.type = wire::demangle(typeid(e).name());
+      failure.message = e.what();
+      fatal = dynamic_cast<const ActorFatal*>(&e) != nullptr;
+      // User code's report names its own error: no C++ type name around it.
+      if (fatal || dynamic_cast<const UserCodeError*>(&e) != nullptr) failure.type.clear();
+      cause = failure.type.empty() ? failure.message : failure.type + ": " + failure.message;
+    } catch (...) {
+      failure.type = "unknown exception";
+      failure.message = "a handler threw something that is not a std::exception";
+      cause = failure.type + ": " + failure.message;
+    }
+    span.end();  // the handler's run, not what its failure costs after it
   }
-  span.end();  // the handler's run, not what its failure costs after it
-  t_currentActor = outer;
-  t_currentProc = outerProc;
-  t_actingAs = outerActing;
   bool oneWay = !delivery.complete && envelope.kind != MessageKind::kRequest;
   if (oneWay && !result) {
     log::get().error("actor '{}' failed handling one-way {}: {}", actor.name(), envelope.type,
@@ -402,14 +376,12 @@ void Mailboxes::run(Actor& actor, Delivery& delivery) {
   // system agents serve on.
   bool dies = !result && (fatal || oneWay) && actor.id().local >= kFirstActorLocalId;
   if (dies) {
-    outer = std::exchange(t_currentActor, &actor);  // its last words are its own sends
-    outerProc = std::exchange(t_currentProc, &proc_);
-    outerActing = std::exchange(t_actingAs, std::nullopt);
-    std::string alsoFailed = ActorAccess::dying(actor, cause);
+    std::string alsoFailed;
+    {
+      RunningActor running(actor, proc_);  // its last words are its own sends
+      alsoFailed = ActorAccess::dying(actor, cause);
+    }
     if (!alsoFailed.empty()) cause += "\n" + alsoFailed;
-    t_currentActor = outer;
-    t_currentProc = outerProc;
-    t_actingAs = outerActing;
     failure = RemoteFailure{RemoteFailure::kActorFailed, "",          cause, actor.name(),
                             proc_.host(proc_.rank()),    proc_.rank()};
     proc_.failLocal(actor.id().local, ActorFailed(failure.rank, failure.host, actor.name(), cause));
@@ -438,7 +410,7 @@ void Mailboxes::quiesce(std::chrono::steady_clock::time_point deadline) {
   stopping_ = true;
   // From a handler of this Proc's: its own drain (on a pool thread, or on a
   // shared-memory reader that runs handlers itself) stays active meanwhile.
-  int ownDrain = t_currentProc == &proc_ && t_currentActor != nullptr ? 1 : 0;
+  int ownDrain = runningProc() == &proc_ && runningActor() != nullptr ? 1 : 0;
   while (activeDrains_ > ownDrain && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

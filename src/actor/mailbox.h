@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "actor/flow_control.h"
+#include "actor/running_actor.h"
 #include "crown/actor/failure.h"
 #include "crown/actor/proc.h"
 
@@ -27,10 +28,6 @@ struct Delivery {
   wire::Bytes payload;
   Completion complete;  // set: a request's outcome goes here, not to the sender
 };
-
-/// The actor whose handler this thread runs, and its Proc; null outside handlers.
-Actor* runningActor();
-Proc* runningProc();
 
 class Mailboxes {
  public:
