@@ -1,23 +1,10 @@
-// The Proc facade: wires its parts (mailbox, request table, router), hosts
-// the modules, and implements the public API on top of them.
+// The Proc facade: builds its parts (proc_impl.h), hosts the modules, and
+// implements the public API on top of them; its hosted actors' part is in
+// proc_actors.cpp.
 #include "crown/actor/proc.h"
 
-#include <atomic>
-#include <map>
-#include <mutex>
-#include <unordered_set>
-
-#include "actor/flow_control.h"
-#include "actor/mailbox.h"
-#include "actor/port_hub.h"
 #include "actor/proc_agent.h"
-#include "actor/request_table.h"
-#include "actor/router.h"
-#include "actor/send_sequencer.h"
-#include "crown/actor/failure.h"
-#include "crown/actor/lost_messages.h"
-#include "crown/actor/module.h"
-#include "crown/common/log.h"
+#include "actor/proc_impl.h"
 
 namespace crown {
 
@@ -38,139 +25,6 @@ std::uint64_t SystemIds::claim() {
   }
   return next_++;
 }
-
-struct Proc::Impl {
-  Options options;
-  std::unique_ptr<transport::Transport> transport;
-  detail::SendSequencer sequencer;
-  detail::RequestTable requests;
-  detail::FlowControl flow;
-  detail::Mailboxes mailboxes;
-  detail::Router router;
-  std::shared_ptr<detail::PortHub> ports;  // port.h: shared with receivers and handles
-  std::vector<std::unique_ptr<Module>> owned;
-  std::vector<Module*> modules;
-  std::atomic<std::uint64_t> nextLocal{kFirstActorLocalId};
-  bool installing = true;  // raw agents may be set only while modules install
-  std::atomic<bool> stopped{false};
-  std::mutex lostHookMutex;
-  mutable std::mutex lostPeersMutex;
-  std::unordered_set<Rank> lostPeers;  // each reported once: by a link, or by declareLost
-  std::unordered_set<Rank> departingPeers;  // expectDeparture: their loss is no failure
-  std::function<void(const LostMessages&)> lostHook;
-  mutable std::mutex joinedHostsMutex;
-  std::map<Rank, std::string> joinedHosts;  // a node map: host() hands out references
-
-  Impl(Proc& proc, Options opts, std::unique_ptr<transport::Transport> t)
-      : options(std::move(opts)),
-        transport(std::move(t)),
-        sequencer(options.size),
-        requests(options.size, options.launched == 0 ? options.size : options.launched,
-                 options.rank),
-        flow(
-            detail::FlowLimits::fromEnv(),
-            [this](const detail::Credit& credit) { toFlowAgent(credit.sender.rank, credit); },
-            [this](const detail::CreditRequest& ask) { toFlowAgent(ask.dest.rank, ask); },
-            [this](Rank rank) { return requests.alive(rank); }),
-        mailboxes(
-            proc, options.pool,
-            [this](const Envelope& request, MessageKind kind, std::string type,
-                   wire::Payload payload) {
-              router.reply(request, kind, std::move(type), std::move(payload));
-            },
-            flow),
-        router(options.rank, options.size, *transport, requests, mailboxes),
-        ports(std::make_shared<detail::PortHub>(
-            options.rank, requests, flow, router, [this] { return senderId(); },
-            [this, self = &proc](Rank rank) {
-              return requests.exists(rank) ? lostError(*self, rank, "lost earlier")
-                                           : std::make_exception_ptr(ConfigError(
-                                                 "rank " + std::to_string(rank) +
-                                                 " does not exist (a vacant slot)"));
-            })) {}
-
-  ActorId senderId() const {
-    Actor* actor = detail::runningActor();
-    return actor ? actor->id() : ActorId{options.rank, 0};
-  }
-
-  template <class Message>
-  void toFlowAgent(Rank rank, const Message& message) {
-    Envelope envelope{MessageKind::kOneWay,
-                      {options.rank, kFlowAgentLocalId},
-                      {rank, kFlowAgentLocalId},
-                      0,
-                      wire::messageName<Message>()};
-    router.route({std::move(envelope), wire::toBytes(message)});
-  }
-
-  // The flow agent's messages, on the thread that read them (never a
-  // mailbox: a pool whose threads all wait for credit must still take one).
-  void onFlowMessage(const Envelope& envelope, const wire::Bytes& payload) {
-    if (envelope.type == wire::messageName<detail::Credit>()) {
-      flow.credited(wire::fromBytes<detail::Credit>(payload));
-    } else if (envelope.type == wire::messageName<detail::CreditRequest>()) {
-      flow.requested(wire::fromBytes<detail::CreditRequest>(payload));
-    } else {
-      log::get().error("the flow agent takes no {}", envelope.type);
-    }
-  }
-
-  // Numbers a message to an actor for ORD-1, once its window has room
-  // (FLO-1); raw agents take theirs unnumbered and uncounted. An actor's
-  // message to itself from its own handler never waits: its mailbox cannot
-  // drain before the handler returns.
-  void admit(Envelope& envelope, std::size_t payloadBytes) {
-    if (router.isRawAgent(envelope.dest.local)) return;
-    waitForRoom(envelope.sender, envelope.dest, payloadBytes);
-    envelope.seq = sequencer.next(envelope.sender, envelope.dest);
-    flow.sent(envelope.sender, envelope.dest, envelope.seq, payloadBytes);
-  }
-
-  void waitForRoom(const ActorId& sender, const ActorId& dest, std::size_t payloadBytes) {
-    Actor* running = detail::runningActor();
-    if (running != nullptr && running->id() == dest) return;
-    flow.waitForRoom(sender, dest, payloadBytes);
-  }
-
-  std::exception_ptr lostError(Proc& proc, Rank rank, const std::string& reason) const {
-    return std::make_exception_ptr(ProcessLost(rank, proc.host(rank), reason));
-  }
-
-  // DLV-1 tells a dead peer from a link closed over a bad frame, whose peer
-  // is alive: only the first is ProcessLost.
-  std::exception_ptr sendError(Proc& proc, Rank to, const transport::LinkError& error) const {
-    if (error.peerLost()) return lostError(proc, to, error.toString());
-    return std::make_exception_ptr(ProtocolError(
-        "a message to rank " + std::to_string(to) + " was not delivered (" + error.toString() +
-        "); rank " + std::to_string(to) + " is not lost: later messages open a new link"));
-  }
-
-  // The proc agent's thread: a member's report of messages from here it gave up.
-  void onLostMessages(const LostMessages& lost) {
-    log::get().error("{}", toString(lost));
-    std::function<void(const LostMessages&)> hook;
-    {
-      std::lock_guard lock(lostHookMutex);
-      hook = lostHook;
-    }
-    if (hook) hook(lost);
-  }
-
-  // A pool thread, on a link's strand.
-  void onPeerLost(Proc& proc, Rank peer, const std::string& reason) {
-    {
-      std::lock_guard lock(lostPeersMutex);
-      if (!lostPeers.insert(peer).second) return;
-    }
-    log::get().debug("link to rank {} lost: {}", peer, reason);
-    auto error = lostError(proc, peer, reason);
-    for (auto& complete : requests.markLost(peer)) complete(Outcome{error, {}, {}});
-    ports->peerLost(peer, error);
-    flow.peerLost(peer);
-    for (Module* module : modules) module->peerLost(peer, reason);
-  }
-};
 
 Proc::Proc(Options options, std::unique_ptr<transport::Transport> transport,
            std::vector<std::string> peers) {
@@ -377,61 +231,6 @@ std::vector<std::uint64_t> Proc::reserveSeqs(const ActorId& sender, std::uint64_
 }
 
 void Proc::cancelRequest(std::uint64_t requestId) { impl_->requests.cancel(requestId); }
-
-ActorId Proc::spawnLocal(std::unique_ptr<Actor> actor, std::string name) {
-  return spawnLocalAt(impl_->nextLocal.fetch_add(1), std::move(actor), std::move(name));
-}
-
-ActorId Proc::spawnLocalAt(std::uint64_t local, std::unique_ptr<Actor> actor, std::string name) {
-  // The modules hear actorStarted from the mailboxes: now, or after the
-  // actor's first turn (Actor::onStart) when it has one.
-  return impl_->mailboxes.host(std::move(actor), local, std::move(name));
-}
-
-void Proc::setRawAgent(std::uint64_t local, RawHandler handler) {
-  CROWN_CHECK(impl_->installing, "raw agents are set from Proc::Module::install only");
-  CROWN_CHECK(local > kAgentLocalId && local < kFirstActorLocalId,
-              "raw agents take the system ids 2.." + std::to_string(kFirstActorLocalId - 1));
-  impl_->router.setRawAgent(local, std::move(handler));
-}
-
-void Proc::stopLocal(std::uint64_t local) { removeLocal(local, nullptr); }
-
-bool Proc::stopLocalIfStarting(std::uint64_t local) { return removeLocal(local, nullptr, true); }
-
-void Proc::failLocal(std::uint64_t local, const ActorFailed& death) {
-  auto failure = detail::describeFailure(std::make_exception_ptr(death), death.rank());
-  removeLocal(local, &failure);
-  for (Module* module : impl_->modules)
-    module->actorFailed(ActorId{impl_->options.rank, local}, death.actor(), death.cause());
-}
-
-bool Proc::removeLocal(std::uint64_t local, const detail::RemoteFailure* death,
-                       bool onlyStarting) {
-  CROWN_CHECK(local != kAgentLocalId, "the proc agent cannot be stopped");
-  auto held = impl_->ports->holdsOf(local);  // its handles may go with it in remove()
-  if (!impl_->mailboxes.remove(local, death, onlyStarting)) return false;
-  impl_->sequencer.forgetSender({impl_->options.rank, local});
-  impl_->flow.forgetActor({impl_->options.rank, local});
-  // DLV-1: its ports fail, and the ports it held hear it went (port.h).
-  auto gone = death ? detail::toException(*death)
-                    : std::make_exception_ptr(ActorStopped(
-                          "actor " + wire::toString({impl_->options.rank, local}) + " stopped"));
-  impl_->ports->ownerGone(local, gone);
-  impl_->ports->holderGone(held, gone);
-  for (Module* module : impl_->modules) module->actorStopped(local);
-  return true;
-}
-
-void Proc::forgetDestination(std::uint64_t local) {
-  impl_->sequencer.forgetDestination(local);
-  impl_->flow.forgetDestination(local);
-}
-
-void Proc::forgetDestination(std::uint64_t local, const std::vector<std::size_t>& ranks) {
-  impl_->sequencer.forgetDestination(local, ranks);
-  impl_->flow.forgetDestination(local, &ranks);
-}
 
 void Proc::setLostMessagesHook(std::function<void(const LostMessages&)> hook) {
   std::lock_guard lock(impl_->lostHookMutex);
