@@ -79,11 +79,18 @@ procs.stop()
 '''
 
 # Kernel > Interrupt signals the kernel's process group: the procs, which
-# Open MPI starts in groups of their own, must serve on after it.
+# Open MPI starts in groups of their own, must serve on after it. The cell
+# naps in short steps, as a training loop works: CPython's C handler only
+# sets a flag, which the main thread checks between steps, so a SIGINT that
+# lands after its last check and before a blocking call starts (or on
+# another thread) waits out that whole call. One time.sleep(60) did, in CI
+# and once in about 1,700 interrupts here: the kernel's main thread asleep
+# in it, no signal pending.
 NAP = '''
 import time
 print("napping", flush=True)
-time.sleep(60)
+for _ in range(600):
+    time.sleep(0.1)
 '''
 AFTER_INTERRUPT = '''
 sorted(greeters.greet.call("again").get(timeout=60).values())

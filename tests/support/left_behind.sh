@@ -12,6 +12,7 @@ sleep 1
 left=$(pgrep -f -- "$pattern" | tr '\n' ' ')
 if [[ -n $left ]]; then
   echo "left behind: $left"
+  ps -o pid,ppid,pgid,etime,args -p "$(echo $left | tr " " ",")"
   kill -CONT $left 2>/dev/null
   kill -KILL $left 2>/dev/null
   exit 1
