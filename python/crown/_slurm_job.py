@@ -100,8 +100,8 @@ class SlurmJob(JobTrait):
         _private_directory(self._debug_dir)
         os.makedirs(self._log_dir, exist_ok=True)
         script = self._script(crownrun)
-        if client_script is None:
-            script += f'exec {_quoted(crownrun)} -n "$SLURM_NTASKS" --serve\n'
+        if client_script is None:  # (not exec: the script's traps must outlive it)
+            script += f'{_quoted(crownrun)} -n "$SLURM_NTASKS" --serve &\nwait "$!"\n'
         else:  # cached before Slurm can start its client
             command = client_command(client_script, spec["python_exe"])
             script += self._batch_client(crownrun, command, cache_batch_job(self))
@@ -226,6 +226,12 @@ class SlurmJob(JobTrait):
                   # address on the first node, where the hosts' names do not resolve)
                   f'export CROWN_DEBUG_TCP="${{CROWN_DEBUG_TCP:-:{spec["port"]}}}"',
                   f"export CROWN_PYTHON={_quoted(spec['python_exe'])}"]
+        if self._made_dir:
+            # Removed however the allocation ends (its script's end, scancel,
+            # the time limit: Slurm's SIGTERM), since no client may be left to
+            # do it; a client's kill() removes it too, for a job Slurm SIGKILLed.
+            lines += [f"trap {_quoted('rm -rf ' + _quoted(self._made_dir))} EXIT",
+                      "trap 'exit 143' TERM"]
         return "\n".join(lines) + "\n"
 
     def _batch_client(self, crownrun: str, command: List[str], directory: str) -> str:
@@ -239,10 +245,8 @@ class SlurmJob(JobTrait):
                  "status=$?",
                  '"$CROWN_PYTHON" -m crown stop > /dev/null 2>&1 || '
                  'kill -TERM "$served" 2> /dev/null',
-                 'wait "$served"']
-        if self._made_dir:  # nobody else will remove it: the submitter may be long gone
-            lines.append(f"rm -rf {_quoted(self._made_dir)}")
-        lines.append('exit "$status"')
+                 'wait "$served"',
+                 'exit "$status"']
         return "\n".join(lines) + "\n"
 
     def _slurm_state(self) -> Tuple[str, str]:

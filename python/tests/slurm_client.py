@@ -96,7 +96,8 @@ def main() -> None:
                 time.sleep(0.1)
             report(error=None)
         except Exception as error:  # noqa: BLE001 - what the user sees
-            report(error=f"{type(error).__name__}: {error}", job_id=slurm.slurm_job_id)
+            report(error=f"{type(error).__name__}: {error}", job_id=slurm.slurm_job_id,
+                   debug_dir=slurm._debug_dir)
     elif mode == "timeout":
         slurm = job(slurm_args=["--begin=now+3600"], job_start_timeout=3)
         try:

@@ -63,6 +63,9 @@ def test_the_allocation_ending_under_a_client_is_said():
     seen = client("allocation_ends")
     assert seen["error"] is not None and "rank" in seen["error"], seen
     assert eventually(queued, lambda jobs: jobs == [], 30) == []
+    # The client exits without kill(): the job's script removed its directory.
+    assert seen["debug_dir"].startswith(os.path.join(os.environ["HOME"], ".crown", "slurm"))
+    assert eventually(lambda: os.path.exists(seen["debug_dir"]), lambda left: not left, 30) is False
 
 
 def test_the_start_timeout_cancels_the_job():
