@@ -100,8 +100,8 @@ class SlurmJob(JobTrait):
         _private_directory(self._debug_dir)
         os.makedirs(self._log_dir, exist_ok=True)
         script = self._script(crownrun)
-        if client_script is None:  # (not exec: the script's traps must outlive it)
-            script += f'{_quoted(crownrun)} -n "$SLURM_NTASKS" --serve &\nwait "$!"\n'
+        if client_script is None:  # (not exec'd: the script's traps outlive it)
+            script += f'{_quoted(crownrun)} -n "$SLURM_NTASKS" --serve\n'
         else:  # cached before Slurm can start its client
             command = client_command(client_script, spec["python_exe"])
             script += self._batch_client(crownrun, command, cache_batch_job(self))
@@ -228,8 +228,10 @@ class SlurmJob(JobTrait):
                   f"export CROWN_PYTHON={_quoted(spec['python_exe'])}"]
         if self._made_dir:
             # Removed however the allocation ends (its script's end, scancel,
-            # the time limit: Slurm's SIGTERM), since no client may be left to
-            # do it; a client's kill() removes it too, for a job Slurm SIGKILLed.
+            # the time limit: Slurm's SIGTERM to every process of the job,
+            # which bash acts on once its command has ended), since no client
+            # may be left to do it; a client's kill() removes it too, for a
+            # job Slurm SIGKILLed.
             lines += [f"trap {_quoted('rm -rf ' + _quoted(self._made_dir))} EXIT",
                       "trap 'exit 143' TERM"]
         return "\n".join(lines) + "\n"
