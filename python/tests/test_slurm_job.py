@@ -33,6 +33,11 @@ def client(mode: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def slurm_dirs() -> str:
+    """Where a SlurmJob makes its jobs' debug directories (its default)."""
+    return os.path.join(os.environ["HOME"], ".crown", "slurm")
+
+
 def queued() -> list:
     out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
                          timeout=60, check=True).stdout
@@ -55,8 +60,7 @@ def test_apply_reuse_replace_and_kill():
     assert killed["job_id"] == changed["job_id"]
     assert queued() == []
     assert gone_within(changed["pids"], 30) == []  # its ranks too
-    slurm_dirs = os.path.join(os.environ["HOME"], ".crown", "slurm")
-    assert eventually(lambda: os.listdir(slurm_dirs), lambda left: not left, 10) == []
+    assert eventually(lambda: os.listdir(slurm_dirs()), lambda left: not left, 10) == []
 
 
 def test_the_allocation_ending_under_a_client_is_said():
@@ -64,7 +68,7 @@ def test_the_allocation_ending_under_a_client_is_said():
     assert seen["error"] is not None and "rank" in seen["error"], seen
     assert eventually(queued, lambda jobs: jobs == [], 30) == []
     # The client exits without kill(): the job's script removed its directory.
-    assert seen["debug_dir"].startswith(os.path.join(os.environ["HOME"], ".crown", "slurm"))
+    assert seen["debug_dir"].startswith(slurm_dirs())
     assert eventually(lambda: os.path.exists(seen["debug_dir"]), lambda left: not left, 30) is False
 
 
@@ -76,13 +80,12 @@ def test_the_start_timeout_cancels_the_job():
 
 
 def test_slurm_refusing_the_job_is_said():
-    slurm_dirs = os.path.join(os.environ["HOME"], ".crown", "slurm")
-    before = set(os.listdir(slurm_dirs)) if os.path.isdir(slurm_dirs) else set()
+    before = set(os.listdir(slurm_dirs())) if os.path.isdir(slurm_dirs()) else set()
     seen = client("refused")
     assert seen["error"].startswith("Slurm refused the job"), seen
     assert "nosuchpartition" in seen["error"] or "partition" in seen["error"]
     assert queued() == []
-    assert set(os.listdir(slurm_dirs)) == before  # no directory made for it is left
+    assert set(os.listdir(slurm_dirs())) == before  # no directory made for it is left
 
 
 def test_a_job_slurm_will_never_start_is_cancelled_and_said():
@@ -116,5 +119,5 @@ def test_batch_mode_runs_the_client_in_the_allocation_and_ends_with_it():
     assert (slurm_job_field(job_id, "JobState"), slurm_job_field(job_id, "ExitCode")) == (
         "FAILED", "3:0"), output
     assert gone_within(seen["pids"], 30) == []
-    assert submitted["debug_dir"].startswith(os.path.join(os.environ["HOME"], ".crown", "slurm"))
+    assert submitted["debug_dir"].startswith(slurm_dirs())
     assert not os.path.exists(submitted["debug_dir"])  # the job's script removed it
